@@ -1,0 +1,63 @@
+//! The `gpu-mem-quota` command line: a table of commands, each a thin wrapper over library code.
+//! Argument parsing is small and shared (`args`); commands print their own `--help`.
+
+pub mod args;
+mod check_config;
+mod plan;
+
+use std::process::ExitCode;
+
+/// One command: its name, a one-line summary for the top-level help, and its entry point.
+pub struct Command {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub run: fn(Vec<String>) -> ExitCode,
+}
+
+/// Every command, in the order `--help` lists them.
+pub const COMMANDS: &[Command] = &[
+    Command { name: "check-config", summary: "validate the admin policy; --explain an identity's quota", run: check_config::run },
+    Command { name: "plan", summary: "predict a training job's per-GPU memory and fit it to a quota", run: plan::run },
+];
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn usage() -> String {
+    let mut text = format!(
+        "gpu-mem-quota {VERSION}: GPU-memory quotas for Slurm\n\n\
+         Usage: gpu-mem-quota <command> [options]\n       gpu-mem-quota --help | --version\n\nCommands:\n"
+    );
+    for c in COMMANDS {
+        text.push_str(&format!("  {:<14} {}\n", c.name, c.summary));
+    }
+    text.push_str(
+        "\nThe SPANK plugin (gpu_mem_quota.so) adds --gpu-mem-quota=SIZE to sbatch, srun and salloc.\n\
+         Run 'gpu-mem-quota <command> --help' for a command's options.\n",
+    );
+    text
+}
+
+/// Runs the command line (without the program name) and returns the process exit status.
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let Some(first) = argv.first() else {
+        eprint!("{}", usage());
+        return ExitCode::from(2);
+    };
+    match first.as_str() {
+        "-h" | "--help" | "help" => {
+            print!("{}", usage());
+            ExitCode::SUCCESS
+        }
+        "-V" | "--version" => {
+            println!("gpu-mem-quota {VERSION}");
+            ExitCode::SUCCESS
+        }
+        name => match COMMANDS.iter().find(|c| c.name == name) {
+            Some(command) => (command.run)(argv[1..].to_vec()),
+            None => {
+                eprintln!("gpu-mem-quota: unknown command '{name}'\n\n{}", usage());
+                ExitCode::from(2)
+            }
+        },
+    }
+}

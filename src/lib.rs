@@ -1,0 +1,25 @@
+//! gpu-mem-quota: GPU-memory quotas for Slurm.
+//!
+//! One library, two faces: the SPANK plugin (`cdylib`, loaded by slurmd, slurmstepd, sbatch, srun
+//! and salloc through plugstack.conf) and the code the companion binary `gpu-mem-quota` runs.
+//! Layers point down only: `spank` (FFI edge) and `cli` use the pure modules; the pure modules
+//! (`size`, `request`, `config`, `quota`, `hints`, `predict`, `record`, `plan`) do no I/O.
+
+pub mod cli;
+pub mod config;
+pub mod hints;
+pub mod job_env;
+pub mod metrics;
+pub mod plan;
+pub mod plugin_args;
+pub mod predict;
+pub mod quota;
+pub mod record;
+pub mod request;
+pub mod size;
+
+#[cfg(feature = "spank")]
+pub mod spank;
+
+/// The plugin's name: the prefix of every log line, the name Slurm knows it by.
+pub const PLUGIN_NAME: &str = "gpu-mem-quota";

@@ -1,0 +1,1 @@
+//! Placeholder: the memory planner (issue 6).

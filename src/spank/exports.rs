@@ -1,0 +1,81 @@
+//! What Slurm's plugin loader looks up by name: three data symbols and the hooks the plugin uses.
+//!
+//! Only the hooks we need are exported (see docs: exporting job_prolog/epilog would make slurmd start
+//! a spank stepd for every job). Every hook runs behind `guard`, which turns an error or a panic into
+//! a logged line and a SPANK error code: an unwinding panic across `extern "C"` would abort slurmstepd.
+
+use std::ffi::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
+
+use super::handle::{Context, Spank};
+use super::{local, log, remote, sys};
+
+#[no_mangle]
+#[used]
+pub static plugin_name: [u8; 14] = *b"gpu-mem-quota\0";
+
+#[no_mangle]
+#[used]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+
+/// Must match the running Slurm's major.minor, so it comes from the headers we were built against.
+#[no_mangle]
+#[used]
+pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+
+/// Runs a hook body: `Ok` → 0; `Err` → logged, -1; panic → logged as an internal error, -1.
+pub(super) fn guard(hook: &str, body: impl FnOnce() -> Result<(), String>) -> c_int {
+    static QUIET_PANICS: Once = Once::new();
+    // The default panic hook writes to stderr (the user's terminal, or nowhere in slurmstepd);
+    // the guard logs the panic itself. This std is the plugin's own copy: the host is unaffected.
+    QUIET_PANICS.call_once(|| std::panic::set_hook(Box::new(|_| {})));
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(message)) => {
+            log::error(&message);
+            -1
+        }
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            log::error(&format!("internal error in {hook}: {what}; refusing this step rather than guessing"));
+            -1
+        }
+    }
+}
+
+fn run(hook: &'static str, sp: sys::spank_t, ac: c_int, av: *mut *mut c_char, body: fn(&Spank) -> Result<(), String>) -> c_int {
+    guard(hook, || {
+        // SAFETY: these are the arguments Slurm passed to this hook.
+        let spank = unsafe { Spank::from_hook(sp, ac, av) };
+        body(&spank)
+    })
+}
+
+/// Every context: check the plugstack arguments, register the options (not in slurmd, which parses none).
+#[no_mangle]
+pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("init", sp, ac, av, |spank| match spank.context() {
+        Context::Slurmd => local::check_plugin_args(spank).map(|args| {
+            log::info(&format!("loaded (config={})", args.config.display()));
+        }),
+        Context::Local | Context::Allocator | Context::Remote => {
+            local::check_plugin_args(spank)?;
+            local::register_options(spank)
+        }
+        Context::JobScript | Context::Unknown => Ok(()),
+    })
+}
+
+/// slurmstepd, once per step, with the user's identity: validate and write the job environment.
+#[no_mangle]
+pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("user_init", sp, ac, av, |spank| match spank.context() {
+        Context::Remote => remote::user_init(spank),
+        _ => Ok(()),
+    })
+}

@@ -1,0 +1,151 @@
+//! A small safe handle over the raw SPANK API: what a hook may ask of Slurm, as Rust values.
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::fmt;
+
+use super::options::SpankOption;
+use super::sys;
+
+/// Where the plugin is running (`spank_context()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    /// srun on the submit host.
+    Local,
+    /// slurmstepd on a compute node, for one step.
+    Remote,
+    /// sbatch or salloc.
+    Allocator,
+    /// slurmd itself.
+    Slurmd,
+    /// the spank prolog/epilog stepd.
+    JobScript,
+    Unknown,
+}
+
+/// A SPANK call that failed, with Slurm's own words for why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpankError {
+    pub call: &'static str,
+    pub code: sys::spank_err_t,
+}
+
+impl fmt::Display for SpankError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SAFETY: spank_strerror returns a static string for every code.
+        let text = unsafe { CStr::from_ptr(sys::spank_strerror(self.code)) };
+        write!(f, "{} failed: {}", self.call, text.to_string_lossy())
+    }
+}
+
+fn check(call: &'static str, code: sys::spank_err_t) -> Result<(), SpankError> {
+    if code == sys::ESPANK_SUCCESS as sys::spank_err_t {
+        Ok(())
+    } else {
+        Err(SpankError { call, code })
+    }
+}
+
+fn c_string(call: &'static str, text: &str) -> Result<CString, SpankError> {
+    CString::new(text).map_err(|_| SpankError { call, code: sys::slurm_err_t_ESPANK_BAD_ARG })
+}
+
+/// The handle Slurm passes to a hook, plus the hook's plugstack arguments.
+pub struct Spank {
+    raw: sys::spank_t,
+    args: Vec<String>,
+}
+
+impl Spank {
+    /// # Safety
+    /// `raw`, `ac` and `av` must be what Slurm passed to the hook being run.
+    pub unsafe fn from_hook(raw: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> Spank {
+        let mut args = Vec::new();
+        if !av.is_null() {
+            for i in 0..ac.max(0) as usize {
+                let word = *av.add(i);
+                if !word.is_null() {
+                    args.push(CStr::from_ptr(word).to_string_lossy().into_owned());
+                }
+            }
+        }
+        Spank { raw, args }
+    }
+
+    /// The words after the plugin's path on its plugstack.conf line.
+    pub fn plugin_args(&self) -> &[String] {
+        &self.args
+    }
+
+    pub fn context(&self) -> Context {
+        use sys::spank_context::*;
+        // SAFETY: no arguments; reads Slurm's global plugin stack.
+        match unsafe { sys::spank_context() } {
+            S_CTX_LOCAL => Context::Local,
+            S_CTX_REMOTE => Context::Remote,
+            S_CTX_ALLOCATOR => Context::Allocator,
+            S_CTX_SLURMD => Context::Slurmd,
+            S_CTX_JOB_SCRIPT => Context::JobScript,
+            _ => Context::Unknown,
+        }
+    }
+
+    pub fn register_option(&self, option: &SpankOption) -> Result<(), SpankError> {
+        let mut raw = option.to_raw();
+        // SAFETY: `raw` points at 'static strings; Slurm copies what it keeps.
+        check("spank_option_register", unsafe { sys::spank_option_register(self.raw, &mut raw) })
+    }
+
+    /// The option's value if the job was given it (`None` if not).
+    pub fn getopt(&self, option: &SpankOption) -> Result<Option<String>, SpankError> {
+        let mut raw = option.to_raw();
+        let mut value: *mut c_char = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for the call; Slurm sets `value` to a string it owns, or NULL.
+        let code = unsafe { sys::spank_option_getopt(self.raw, &mut raw, &mut value) };
+        if code == sys::slurm_err_t_ESPANK_ERROR {
+            return Ok(None); // "not used on the command line nor in the job environment"
+        }
+        check("spank_option_getopt", code)?;
+        if value.is_null() {
+            return Ok(Some(String::new()));
+        }
+        // SAFETY: non-NULL and NUL-terminated, owned by Slurm's option cache for the step's lifetime.
+        Ok(Some(unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned()))
+    }
+
+    /// Sets a variable in the job's environment (batch script and tasks), replacing any value.
+    pub fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
+        let name = c_string("spank_setenv", name)?;
+        let value = c_string("spank_setenv", value)?;
+        // SAFETY: both strings are valid for the call; Slurm copies them.
+        check("spank_setenv", unsafe { sys::spank_setenv(self.raw, name.as_ptr(), value.as_ptr(), 1) })
+    }
+
+    /// Reads a variable of the job's environment.
+    pub fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+        let name = c_string("spank_getenv", name)?;
+        let mut buf = vec![0u8; 4096];
+        // SAFETY: buf is writable for its length; Slurm NUL-terminates within it.
+        let code = unsafe {
+            sys::spank_getenv(self.raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as c_int)
+        };
+        if code == sys::slurm_err_t_ESPANK_ENV_NOEXIST {
+            return Ok(None);
+        }
+        check("spank_getenv", code)?;
+        let text = CStr::from_bytes_until_nul(&buf).map_err(|_| SpankError {
+            call: "spank_getenv",
+            code: sys::slurm_err_t_ESPANK_NOSPACE,
+        })?;
+        Ok(Some(text.to_string_lossy().into_owned()))
+    }
+
+    /// The job id (remote and local contexts).
+    pub fn job_id(&self) -> Result<u32, SpankError> {
+        let mut id: u32 = 0;
+        // SAFETY: S_JOB_ID takes one `uint32_t *`.
+        check("spank_get_item(S_JOB_ID)", unsafe {
+            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_ID, &mut id as *mut u32)
+        })?;
+        Ok(id)
+    }
+}

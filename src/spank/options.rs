@@ -1,0 +1,79 @@
+//! The plugin's command-line options, in one table. Registered in `slurm_spank_init`, so
+//! `sbatch --help`, `srun --help` and `salloc --help` list them under "Options provided by plugins".
+
+use std::ffi::{c_char, c_int, CStr};
+
+use super::{exports::guard, sys};
+use crate::request;
+
+pub struct SpankOption {
+    pub name: &'static CStr,
+    pub arginfo: &'static CStr,
+    pub usage: &'static CStr,
+    /// The value Slurm hands back to the callback, to tell options apart.
+    pub val: c_int,
+    /// Checks a value on the submit host; the message names the option and the value.
+    pub validate: fn(&str) -> Result<(), String>,
+}
+
+impl SpankOption {
+    pub fn to_raw(&self) -> sys::spank_option {
+        sys::spank_option {
+            name: self.name.as_ptr() as *mut c_char,
+            arginfo: self.arginfo.as_ptr() as *mut c_char,
+            usage: self.usage.as_ptr() as *mut c_char,
+            has_arg: 1,
+            val: self.val,
+            cb: Some(on_option),
+        }
+    }
+}
+
+pub const QUOTA: SpankOption = SpankOption {
+    name: c"gpu-mem-quota",
+    arginfo: c"SIZE",
+    usage: c"GPU memory the job may use on each of its GPUs: a size as for --mem (40G, 40960M; bare number = MiB). \
+        Over it the job is requeued or cancelled as the site configures.",
+    val: 1,
+    validate: |value| request::parse_quota_option(value).map(drop).map_err(|e| e.to_string()),
+};
+
+pub const ALL: &[SpankOption] = &[QUOTA];
+
+/// Slurm calls this when an option is given: on the submit host (`remote == 0`) while it parses the
+/// command line, where an error stops sbatch/srun/salloc before anything is submitted; and in
+/// slurmstepd (`remote == 1`), where Slurm only logs a failure, so the remote context re-validates
+/// the value itself in `user_init` and refuses the step there.
+extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    guard("option", || {
+        if remote != 0 {
+            return Ok(());
+        }
+        let Some(option) = ALL.iter().find(|o| o.val == val) else {
+            return Err(format!("unknown option value {val}"));
+        };
+        let value = if optarg.is_null() {
+            String::new()
+        } else {
+            // SAFETY: Slurm passes the option's argument as a NUL-terminated string.
+            unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned()
+        };
+        (option.validate)(&value)
+    })
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_uses_the_documented_names() {
+        assert_eq!(QUOTA.name.to_str().unwrap(), request::QUOTA_OPTION);
+        // Slurm truncates option names longer than SPANK_OPTION_MAXLEN.
+        assert!(ALL.iter().all(|o| o.name.to_bytes().len() <= 75));
+        let mut vals: Vec<c_int> = ALL.iter().map(|o| o.val).collect();
+        vals.dedup();
+        assert_eq!(vals.len(), ALL.len());
+    }
+}
