@@ -31,7 +31,10 @@ mod spank {
             fail(&format!("{} not found: {HINT}", header.display()));
         }
         println!("cargo:rerun-if-changed={}", header.display());
-        println!("cargo:rerun-if-changed={}", include.join("slurm/slurm_version.h").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            include.join("slurm/slurm_version.h").display()
+        );
 
         let builder = bindgen::Builder::default()
             .header(header.to_string_lossy())
@@ -63,7 +66,10 @@ mod spank {
         let _ = std::panic::take_hook();
         let bindings = match generated {
             Ok(Ok(bindings)) => bindings,
-            Ok(Err(e)) => fail(&format!("bindgen could not read {}: {e}: {HINT}", header.display())),
+            Ok(Err(e)) => fail(&format!(
+                "bindgen could not read {}: {e}: {HINT}",
+                header.display()
+            )),
             Err(_) => fail(&format!("libclang could not be loaded for bindgen: {HINT}")),
         };
         let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

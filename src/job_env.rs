@@ -9,7 +9,10 @@ pub const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
 
 /// The variables that tell a job its quota.
 pub fn quota_vars(quota: ByteSize) -> Vec<(&'static str, String)> {
-    vec![(QUOTA_BYTES, quota.bytes().to_string()), (QUOTA_HUMAN, quota.to_string())]
+    vec![
+        (QUOTA_BYTES, quota.bytes().to_string()),
+        (QUOTA_HUMAN, quota.to_string()),
+    ]
 }
 
 #[cfg(test)]
@@ -22,7 +25,10 @@ mod tests {
         let vars = quota_vars(parse_size("40960M").unwrap());
         assert_eq!(
             vars,
-            vec![("GPU_MEM_QUOTA_BYTES", "42949672960".to_string()), ("GPU_MEM_QUOTA", "40G".to_string())]
+            vec![
+                ("GPU_MEM_QUOTA_BYTES", "42949672960".to_string()),
+                ("GPU_MEM_QUOTA", "40G".to_string())
+            ]
         );
     }
 }

@@ -22,7 +22,9 @@ pub struct PluginArgs {
 
 impl Default for PluginArgs {
     fn default() -> Self {
-        PluginArgs { config: PathBuf::from(DEFAULT_CONFIG) }
+        PluginArgs {
+            config: PathBuf::from(DEFAULT_CONFIG),
+        }
     }
 }
 
@@ -31,7 +33,11 @@ pub enum ArgError {
     NotKeyValue(String),
     UnknownKey(String),
     Repeated(String),
-    BadValue { key: String, value: String, why: &'static str },
+    BadValue {
+        key: String,
+        value: String,
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for ArgError {
@@ -39,10 +45,18 @@ impl fmt::Display for ArgError {
         let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
         match self {
             ArgError::NotKeyValue(word) => {
-                write!(f, "plugstack argument '{word}' is not key=value (known keys: {})", known.join(", "))
+                write!(
+                    f,
+                    "plugstack argument '{word}' is not key=value (known keys: {})",
+                    known.join(", ")
+                )
             }
             ArgError::UnknownKey(key) => {
-                write!(f, "unknown plugstack argument '{key}' (known keys: {})", known.join(", "))
+                write!(
+                    f,
+                    "unknown plugstack argument '{key}' (known keys: {})",
+                    known.join(", ")
+                )
             }
             ArgError::Repeated(key) => write!(f, "plugstack argument '{key}' given more than once"),
             ArgError::BadValue { key, value, why } => {
@@ -70,7 +84,11 @@ pub fn parse_plugin_args<S: AsRef<str>>(words: &[S]) -> Result<PluginArgs, ArgEr
             return Err(ArgError::Repeated(key.to_string()));
         }
         seen.push(known);
-        let bad = |why| ArgError::BadValue { key: key.to_string(), value: value.to_string(), why };
+        let bad = |why| ArgError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            why,
+        };
         match known {
             "config" => {
                 if !value.starts_with('/') {
@@ -91,7 +109,10 @@ mod tests {
     #[test]
     fn no_arguments_means_defaults() {
         assert_eq!(parse_plugin_args::<&str>(&[]), Ok(PluginArgs::default()));
-        assert_eq!(PluginArgs::default().config, PathBuf::from("/etc/slurm/gpu-mem-quota.toml"));
+        assert_eq!(
+            PluginArgs::default().config,
+            PathBuf::from("/etc/slurm/gpu-mem-quota.toml")
+        );
     }
 
     #[test]
@@ -106,14 +127,25 @@ mod tests {
             (vec!["config"], ArgError::NotKeyValue("config".into())),
             (vec!["conifg=/x"], ArgError::UnknownKey("conifg".into())),
             (vec!["=x"], ArgError::UnknownKey("".into())),
-            (vec!["config=/a", "config=/b"], ArgError::Repeated("config".into())),
+            (
+                vec!["config=/a", "config=/b"],
+                ArgError::Repeated("config".into()),
+            ),
             (
                 vec!["config=relative.toml"],
-                ArgError::BadValue { key: "config".into(), value: "relative.toml".into(), why: "must be an absolute path" },
+                ArgError::BadValue {
+                    key: "config".into(),
+                    value: "relative.toml".into(),
+                    why: "must be an absolute path",
+                },
             ),
             (
                 vec!["config="],
-                ArgError::BadValue { key: "config".into(), value: "".into(), why: "must be an absolute path" },
+                ArgError::BadValue {
+                    key: "config".into(),
+                    value: "".into(),
+                    why: "must be an absolute path",
+                },
             ),
         ];
         for (words, err) in table {
@@ -124,6 +156,9 @@ mod tests {
     #[test]
     fn messages_name_the_argument() {
         let e = parse_plugin_args(&["conifg=/x"]).unwrap_err();
-        assert_eq!(e.to_string(), "unknown plugstack argument 'conifg' (known keys: config)");
+        assert_eq!(
+            e.to_string(),
+            "unknown plugstack argument 'conifg' (known keys: config)"
+        );
     }
 }

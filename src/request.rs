@@ -17,7 +17,13 @@ pub struct OptionError {
 
 impl fmt::Display for OptionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid --{} '{}': {}", self.option, self.value.escape_debug(), self.reason)
+        write!(
+            f,
+            "invalid --{} '{}': {}",
+            self.option,
+            self.value.escape_debug(),
+            self.reason
+        )
     }
 }
 
@@ -25,7 +31,11 @@ impl std::error::Error for OptionError {}
 
 /// Validates the value of `--gpu-mem-quota`.
 pub fn parse_quota_option(value: &str) -> Result<ByteSize, OptionError> {
-    parse_size(value).map_err(|reason| OptionError { option: QUOTA_OPTION, value: value.to_string(), reason })
+    parse_size(value).map_err(|reason| OptionError {
+        option: QUOTA_OPTION,
+        value: value.to_string(),
+        reason,
+    })
 }
 
 #[cfg(test)]
@@ -35,10 +45,17 @@ mod tests {
     #[test]
     fn names_option_and_value() {
         let e = parse_quota_option("banana").unwrap_err();
-        assert!(e.to_string().starts_with("invalid --gpu-mem-quota 'banana': not a size"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("invalid --gpu-mem-quota 'banana': not a size"),
+            "{e}"
+        );
         // A control character in a forged value is shown escaped, never written raw to a log.
         let e = parse_quota_option("4\n0G").unwrap_err();
-        assert!(e.to_string().starts_with("invalid --gpu-mem-quota '4\\n0G'"), "{e}");
+        assert!(
+            e.to_string().starts_with("invalid --gpu-mem-quota '4\\n0G'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -69,7 +69,10 @@ impl fmt::Display for SizeError {
             SizeError::Negative => write!(f, "a size cannot be negative"),
             SizeError::Zero => write!(f, "a size must be greater than zero"),
             SizeError::Fraction => {
-                write!(f, "fractions are not supported; use a smaller unit (1536M, not 1.5G)")
+                write!(
+                    f,
+                    "fractions are not supported; use a smaller unit (1536M, not 1.5G)"
+                )
             }
             SizeError::NotANumber => write!(
                 f,

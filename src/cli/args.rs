@@ -46,7 +46,10 @@ pub fn parse(argv: &[String], value_keys: &[&str], flag_keys: &[&str]) -> Result
         } else if value_keys.contains(&key) {
             let value = match inline {
                 Some(v) => v,
-                None => words.next().cloned().ok_or_else(|| format!("--{key} needs a value"))?,
+                None => words
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| format!("--{key} needs a value"))?,
             };
             if parsed.values.insert(key.to_string(), value).is_some() {
                 return Err(format!("--{key} given more than once"));
@@ -68,7 +71,12 @@ mod tests {
 
     #[test]
     fn values_flags_and_words() {
-        let p = parse(&argv(&["--user", "alice", "--json", "--qos=high", "file"]), &["user", "qos"], &["json"]).unwrap();
+        let p = parse(
+            &argv(&["--user", "alice", "--json", "--qos=high", "file"]),
+            &["user", "qos"],
+            &["json"],
+        )
+        .unwrap();
         assert_eq!(p.value("user"), Some("alice"));
         assert_eq!(p.value("qos"), Some("high"));
         assert!(p.flag("json"));
@@ -77,9 +85,21 @@ mod tests {
 
     #[test]
     fn errors() {
-        assert_eq!(parse(&argv(&["--nope"]), &[], &[]).unwrap_err(), "unknown option --nope");
-        assert_eq!(parse(&argv(&["--user"]), &["user"], &[]).unwrap_err(), "--user needs a value");
-        assert_eq!(parse(&argv(&["--json=1"]), &[], &["json"]).unwrap_err(), "--json takes no value");
-        assert_eq!(parse(&argv(&["--u=a", "--u=b"]), &["u"], &[]).unwrap_err(), "--u given more than once");
+        assert_eq!(
+            parse(&argv(&["--nope"]), &[], &[]).unwrap_err(),
+            "unknown option --nope"
+        );
+        assert_eq!(
+            parse(&argv(&["--user"]), &["user"], &[]).unwrap_err(),
+            "--user needs a value"
+        );
+        assert_eq!(
+            parse(&argv(&["--json=1"]), &[], &["json"]).unwrap_err(),
+            "--json takes no value"
+        );
+        assert_eq!(
+            parse(&argv(&["--u=a", "--u=b"]), &["u"], &[]).unwrap_err(),
+            "--u given more than once"
+        );
     }
 }

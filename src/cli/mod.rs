@@ -16,8 +16,16 @@ pub struct Command {
 
 /// Every command, in the order `--help` lists them.
 pub const COMMANDS: &[Command] = &[
-    Command { name: "check-config", summary: "validate the admin policy; --explain an identity's quota", run: check_config::run },
-    Command { name: "plan", summary: "predict a training job's per-GPU memory and fit it to a quota", run: plan::run },
+    Command {
+        name: "check-config",
+        summary: "validate the admin policy; --explain an identity's quota",
+        run: check_config::run,
+    },
+    Command {
+        name: "plan",
+        summary: "predict a training job's per-GPU memory and fit it to a quota",
+        run: plan::run,
+    },
 ];
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

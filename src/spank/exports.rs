@@ -42,13 +42,21 @@ pub(super) fn guard(hook: &str, body: impl FnOnce() -> Result<(), String>) -> c_
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_string());
-            log::error(&format!("internal error in {hook}: {what}; refusing this step rather than guessing"));
+            log::error(&format!(
+                "internal error in {hook}: {what}; refusing this step rather than guessing"
+            ));
             -1
         }
     }
 }
 
-fn run(hook: &'static str, sp: sys::spank_t, ac: c_int, av: *mut *mut c_char, body: fn(&Spank) -> Result<(), String>) -> c_int {
+fn run(
+    hook: &'static str,
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+    body: fn(&Spank) -> Result<(), String>,
+) -> c_int {
     guard(hook, || {
         // SAFETY: these are the arguments Slurm passed to this hook.
         let spank = unsafe { Spank::from_hook(sp, ac, av) };

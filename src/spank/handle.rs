@@ -46,7 +46,10 @@ fn check(call: &'static str, code: sys::spank_err_t) -> Result<(), SpankError> {
 }
 
 fn c_string(call: &'static str, text: &str) -> Result<CString, SpankError> {
-    CString::new(text).map_err(|_| SpankError { call, code: sys::slurm_err_t_ESPANK_BAD_ARG })
+    CString::new(text).map_err(|_| SpankError {
+        call,
+        code: sys::slurm_err_t_ESPANK_BAD_ARG,
+    })
 }
 
 /// The handle Slurm passes to a hook, plus the hook's plugstack arguments.
@@ -92,7 +95,9 @@ impl Spank {
     pub fn register_option(&self, option: &SpankOption) -> Result<(), SpankError> {
         let mut raw = option.to_raw();
         // SAFETY: `raw` points at 'static strings; Slurm copies what it keeps.
-        check("spank_option_register", unsafe { sys::spank_option_register(self.raw, &mut raw) })
+        check("spank_option_register", unsafe {
+            sys::spank_option_register(self.raw, &mut raw)
+        })
     }
 
     /// The option's value if the job was given it (`None` if not).
@@ -109,7 +114,9 @@ impl Spank {
             return Ok(Some(String::new()));
         }
         // SAFETY: non-NULL and NUL-terminated, owned by Slurm's option cache for the step's lifetime.
-        Ok(Some(unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned()))
+        Ok(Some(
+            unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned(),
+        ))
     }
 
     /// Sets a variable in the job's environment (batch script and tasks), replacing any value.
@@ -117,7 +124,9 @@ impl Spank {
         let name = c_string("spank_setenv", name)?;
         let value = c_string("spank_setenv", value)?;
         // SAFETY: both strings are valid for the call; Slurm copies them.
-        check("spank_setenv", unsafe { sys::spank_setenv(self.raw, name.as_ptr(), value.as_ptr(), 1) })
+        check("spank_setenv", unsafe {
+            sys::spank_setenv(self.raw, name.as_ptr(), value.as_ptr(), 1)
+        })
     }
 
     /// Reads a variable of the job's environment.
@@ -126,7 +135,12 @@ impl Spank {
         let mut buf = vec![0u8; 4096];
         // SAFETY: buf is writable for its length; Slurm NUL-terminates within it.
         let code = unsafe {
-            sys::spank_getenv(self.raw, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len() as c_int)
+            sys::spank_getenv(
+                self.raw,
+                name.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len() as c_int,
+            )
         };
         if code == sys::slurm_err_t_ESPANK_ENV_NOEXIST {
             return Ok(None);

@@ -12,9 +12,9 @@ pub fn check_plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
 
 pub fn register_options(spank: &Spank) -> Result<(), String> {
     for option in options::ALL {
-        spank.register_option(option).map_err(|e| {
-            format!("cannot register --{}: {e}", option.name.to_string_lossy())
-        })?;
+        spank
+            .register_option(option)
+            .map_err(|e| format!("cannot register --{}: {e}", option.name.to_string_lossy()))?;
     }
     Ok(())
 }

@@ -62,7 +62,6 @@ extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

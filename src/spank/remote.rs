@@ -11,11 +11,16 @@ pub fn user_init(spank: &Spank) -> Result<(), String> {
     let Some(value) = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())? else {
         return Ok(()); // no quota asked for: the job is left exactly as it was
     };
-    let job = spank.job_id().map(|id| id.to_string()).unwrap_or_else(|_| "?".into());
+    let job = spank
+        .job_id()
+        .map(|id| id.to_string())
+        .unwrap_or_else(|_| "?".into());
     let quota = request::parse_quota_option(&value)
         .map_err(|e| format!("job {job}: refusing the step: {e} (value from the job environment)"))?;
     for (name, value) in job_env::quota_vars(quota) {
-        spank.setenv(name, &value).map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
+        spank
+            .setenv(name, &value)
+            .map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
     }
     log::verbose(&format!("job {job}: quota {quota} per GPU"));
     Ok(())
