@@ -79,11 +79,14 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
     })
 }
 
-/// slurmstepd, once per step, with the user's identity: validate and write the job environment.
+/// slurmstepd's task child, as the user, just before exec: validate and write the task's environment.
+/// Failing here ends the task with exit code 1 (the job fails, the user sees why). Failing earlier, in
+/// user_init, would make slurmd report "could not execve job" and drain the node: a forged value must
+/// never let a user take a node out of service.
 #[no_mangle]
-pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("user_init", sp, ac, av, |spank| match spank.context() {
-        Context::Remote => remote::user_init(spank),
+pub extern "C" fn slurm_spank_task_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("task_init", sp, ac, av, |spank| match spank.context() {
+        Context::Remote => remote::task_init(spank),
         _ => Ok(()),
     })
 }

@@ -1,0 +1,140 @@
+//! Talking to the dev cluster (slurm/dev-cluster) the way a user does: real sbatch/srun/salloc,
+//! run as the ordinary test user, with the lab's SLURM_CONF.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub fn lab() -> PathBuf {
+    PathBuf::from(std::env::var("GMQ_LAB").unwrap_or_else(|_| "/var/lib/gpu-mem-quota-lab".into()))
+}
+
+pub fn test_user() -> String {
+    std::env::var("GMQ_TEST_USER").unwrap_or_else(|_| "gmq-user".into())
+}
+
+pub fn slurm_conf() -> String {
+    lab().join("etc/slurm.conf").display().to_string()
+}
+
+/// A directory the test user can write job output to, fresh for one test.
+pub fn user_dir(test: &str) -> PathBuf {
+    let dir = PathBuf::from(format!("/home/{}/e2e/{test}", test_user()));
+    let _ = std::fs::remove_dir_all(&dir);
+    run_checked(
+        Command::new("runuser")
+            .args(["-u", &test_user(), "--", "mkdir", "-p"])
+            .arg(&dir),
+    );
+    dir
+}
+
+/// Runs a command as the test user, in its home, with only the environment a login shell would have
+/// plus `extra_env`.
+pub fn as_user(program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    let user = test_user();
+    let mut cmd = Command::new("runuser");
+    cmd.args(["-u", &user, "--", "env", "-i"])
+        .arg(format!("HOME=/home/{user}"))
+        .arg(format!("USER={user}"))
+        .arg("PATH=/usr/local/bin:/usr/bin:/bin")
+        .arg(format!("SLURM_CONF={}", slurm_conf()));
+    for (k, v) in extra_env {
+        cmd.arg(format!("{k}={v}"));
+    }
+    cmd.arg(program).args(args).current_dir(format!("/home/{user}"));
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+}
+
+pub fn run_checked(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a Slurm admin command (as root) against the lab.
+pub fn admin(program: &str, args: &[&str]) -> String {
+    run_checked(Command::new(program).args(args).env("SLURM_CONF", slurm_conf()))
+}
+
+pub struct Job {
+    pub id: u32,
+    pub output: String,
+}
+
+/// `sbatch --wait` as the test user; returns the job id and the text of its output file.
+pub fn sbatch_wait(dir: &PathBuf, options: &[&str], script: &str) -> Job {
+    sbatch_wait_env(dir, options, script, &[])
+}
+
+pub fn sbatch_wait_env(dir: &PathBuf, options: &[&str], script: &str, env: &[(&str, &str)]) -> Job {
+    let out_file = dir.join("job-%j.out").display().to_string();
+    let mut args = vec!["--wait", "--parsable", "-o", &out_file];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--wrap", script]);
+    let out = as_user("sbatch", &args, env);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let id: u32 = stdout
+        .lines()
+        .next()
+        .and_then(|l| l.split(';').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "sbatch gave no job id: {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let path = dir.join(format!("job-{id}.out"));
+    let output = std::fs::read_to_string(&path).unwrap_or_default();
+    Job { id, output }
+}
+
+/// The highest job id slurmctld has handed out (0 if none), to prove that nothing was submitted.
+pub fn last_job_id() -> u32 {
+    // sacct sees finished jobs, squeue the rest; slurmdbd may lag a moment, so take both.
+    let sacct = admin(
+        "sacct",
+        &["-a", "-X", "-n", "-P", "-o", "JobIDRaw", "-S", "2000-01-01"],
+    );
+    let squeue = admin("squeue", &["-h", "-o", "%i"]);
+    sacct
+        .lines()
+        .chain(squeue.lines())
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+pub fn slurmd_log() -> String {
+    std::fs::read_to_string(lab().join("log/slurmd.log")).unwrap_or_default()
+}
+
+/// Waits until `check` holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    check()
+}
+
+/// The lines of `text` that set one of our variables, sorted, e.g. `GPU_MEM_QUOTA_BYTES=...`.
+pub fn quota_vars(text: &str, marker: &str) -> Vec<String> {
+    let mut vars: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(marker))
+        .filter(|l| l.starts_with("GPU_MEM_QUOTA"))
+        .map(str::to_string)
+        .collect();
+    vars.sort();
+    vars
+}
