@@ -455,6 +455,10 @@ fn on_config_error_is_salvaged_from_a_broken_file() {
             "[defaults\n[enforcement]\non_config_error = \"fail-open\"\n",
             Some(OnConfigError::FailOpen),
         ),
+        (
+            "[defaults\n[enforcement] # what the watchdog does\non_config_error = 'fail-closed'\n",
+            Some(OnConfigError::FailClosed),
+        ),
         // Not in [enforcement], or not a known value: not trusted.
         ("[defaults\non_config_error = \"fail-closed\"\n", None),
         ("[enforcement]\non_config_error = \"closed\"\n", None),

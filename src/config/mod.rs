@@ -233,7 +233,8 @@ pub fn salvage_on_config_error(text: &str) -> Option<OnConfigError> {
                 continue;
             };
             if key.trim() == "on_config_error" {
-                let value = value.split('#').next().unwrap_or("").trim().trim_matches('"');
+                let value = value.split('#').next().unwrap_or("").trim();
+                let value = value.trim_matches(|c| c == '"' || c == '\'');
                 found = values::parse_on_config_error(value).ok();
             }
         }
