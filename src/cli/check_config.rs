@@ -1,7 +1,362 @@
-//! Placeholder: built by its issue.
+//! `gpu-mem-quota check-config [PATH] [--explain ...]`: validates the admin policy, and explains the
+//! quota, cap and actions one identity would get, and which rule supplied each.
+
+use std::fmt::Write as _;
+use std::path::Path;
 use std::process::ExitCode;
 
-pub fn run(_argv: Vec<String>) -> ExitCode {
-    eprintln!("gpu-mem-quota: not built yet");
-    ExitCode::from(2)
+use super::args;
+use crate::config::values::format_duration;
+use crate::config::{self, Config, RuleKind};
+use crate::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
+use crate::size::{parse_size, ByteSize};
+
+const USAGE: &str = "\
+Usage: gpu-mem-quota check-config [PATH] [--print]
+       gpu-mem-quota check-config [PATH] --explain [--user U] [--account A] [--partition P] [--qos Q]
+                                  [--request SIZE] [--gpu-size SIZE]
+
+Validates the GPU memory policy (default /etc/slurm/gpu-mem-quota.toml) and prints every error as
+FILE:LINE:COLUMN: KEY: MESSAGE. Exit status 0 when valid, 1 when not, 2 on a usage error.
+
+  --print          print the policy as the plugin reads it, every setting spelt out
+  --explain        show the quota, cap and overuse actions of a job of this identity, and the rule
+                   that supplied each value
+  --user U, --account A, --partition P, --qos Q
+                   the job's identity; leave out what a login node would not know, to see what is
+                   checked at submission and what only on the compute node
+  --request SIZE   the job's --gpu-mem-quota (default: none, the job gets the default quota)
+  --gpu-size SIZE  the GPU's memory, to resolve percents (default: [defaults] gpu_memory)
+  -h, --help       this help
+";
+
+/// What to do, from the command line.
+struct Options {
+    path: String,
+    print: bool,
+    /// `--explain`: the job to explain.
+    explain: Option<Job>,
+}
+
+struct Job {
+    who: Identity,
+    request: Option<ByteSize>,
+    gpu_size: Option<ByteSize>,
+}
+
+pub fn run(argv: Vec<String>) -> ExitCode {
+    let options = match parse_options(&argv) {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("gpu-mem-quota check-config: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let path = options.path.as_str();
+    let config = match config::load(Path::new(path)) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    if options.print {
+        println!("{}", config::render(&config));
+    }
+    match options.explain {
+        Some(job) => print!("{}", explain(path, &config, &job.who, job.request, job.gpu_size)),
+        // After --print, the summary is a TOML comment: the output stays a valid policy.
+        None if options.print => println!("# {path}: OK: {}", summary(&config)),
+        None => println!("{path}: OK: {}", summary(&config)),
+    }
+    ExitCode::SUCCESS
+}
+
+/// The options, `None` for `--help`, or a usage error.
+fn parse_options(argv: &[String]) -> Result<Option<Options>, String> {
+    let job_keys = ["user", "account", "partition", "qos", "request", "gpu-size"];
+    let parsed = args::parse(argv, &job_keys, &["explain", "print", "help"])?;
+    if parsed.flag("help") {
+        return Ok(None);
+    }
+    let path = match parsed.positional.as_slice() {
+        [] => config::DEFAULT_PATH.to_string(),
+        [path] => path.clone(),
+        [_, extra, ..] => return Err(format!("unexpected argument '{extra}'")),
+    };
+    let explain = if parsed.flag("explain") {
+        let size = |key: &str| {
+            parsed
+                .value(key)
+                .map(|v| parse_size(v).map_err(|e| format!("invalid --{key} '{v}': {e}")))
+                .transpose()
+        };
+        let name = |key: &str| parsed.value(key).map(String::from);
+        Some(Job {
+            who: Identity {
+                user: name("user"),
+                account: name("account"),
+                partition: name("partition"),
+                qos: name("qos"),
+            },
+            request: size("request")?,
+            gpu_size: size("gpu-size")?,
+        })
+    } else if let Some(key) = job_keys.iter().find(|k| parsed.value(k).is_some()) {
+        return Err(format!("--{key} needs --explain"));
+    } else {
+        None
+    };
+    Ok(Some(Options {
+        path,
+        print: parsed.flag("print"),
+        explain,
+    }))
+}
+
+/// One line: how many rules, the cluster-wide settings, the action.
+fn summary(config: &Config) -> String {
+    let counts: Vec<String> = [
+        RuleKind::User,
+        RuleKind::Account,
+        RuleKind::Qos,
+        RuleKind::Partition,
+    ]
+    .into_iter()
+    .map(|kind| {
+        let n = config.rules(kind).map_or(0, |r| r.len());
+        format!("{n} {}", kind.section())
+    })
+    .collect();
+    let e = &config.enforcement;
+    format!(
+        "rules: {}; defaults: default {}, max {}; on overuse: {} (then {} after {} requeues)",
+        counts.join(", "),
+        config
+            .defaults
+            .default
+            .map_or("none".to_string(), |d| d.to_string()),
+        config.defaults.max.map_or("none".to_string(), |m| m.to_string()),
+        e.action,
+        e.escalation,
+        e.max_requeues
+    )
+}
+
+/// The `--explain` report.
+fn explain(
+    path: &str,
+    config: &Config,
+    who: &Identity,
+    request: Option<ByteSize>,
+    gpu_total: Option<ByteSize>,
+) -> String {
+    let mut out = String::new();
+    let given = |v: &Option<String>| v.clone().unwrap_or_else(|| "(not given)".into());
+    let _ = writeln!(out, "Policy:   {path} (valid)");
+    let _ = writeln!(
+        out,
+        "Job:      user {}, account {}, partition {}, QOS {}",
+        given(&who.user),
+        given(&who.account),
+        given(&who.partition),
+        given(&who.qos)
+    );
+    let outcome = quota::resolve(config, who, request, gpu_total);
+    let gpu = match &outcome {
+        Ok(effective) => effective.gpu_size,
+        Err(_) => gpu_total
+            .map(GpuSize::Measured)
+            .or(config.gpu_memory.map(GpuSize::Assumed)),
+    };
+    let _ = writeln!(
+        out,
+        "GPU size: {}",
+        match gpu {
+            Some(GpuSize::Measured(size)) => format!("{size} (--gpu-size)"),
+            Some(GpuSize::Assumed(size)) =>
+                format!("{size} (assumed: [defaults] gpu_memory; a compute node uses its GPU's real size)"),
+            None => "not known (percents are resolved on the compute node)".to_string(),
+        }
+    );
+    let _ = writeln!(out);
+    match &outcome {
+        Ok(effective) => write_effective(&mut out, effective, request),
+        Err(refusal) => {
+            let _ = writeln!(out, "Refused:  {refusal}");
+            let _ = writeln!(
+                out,
+                "          (at submission when certain there, and always on the compute node)"
+            );
+        }
+    }
+    let _ = writeln!(out);
+    write_why(&mut out, config, who, &outcome);
+    if let Ok(effective) = &outcome {
+        if !effective.is_final() {
+            let _ = writeln!(
+                out,
+                "\nNot checked with what is given (the compute node, which knows all, decides):"
+            );
+            for item in &effective.unchecked {
+                let _ = writeln!(out, "  - {item}");
+            }
+        }
+    }
+    let _ = writeln!(out);
+    write_enforcement(&mut out, config, outcome.as_ref().ok().and_then(|e| e.quota));
+    out
+}
+
+fn write_effective(out: &mut String, effective: &Effective, request: Option<ByteSize>) {
+    let quota = effective
+        .quota
+        .map_or_else(|| "none".to_string(), |q| q.to_string());
+    let from = match &effective.quota_from {
+        QuotaFrom::Request => "requested with --gpu-mem-quota".to_string(),
+        QuotaFrom::Default { rule, written } => match effective.quota {
+            Some(_) => format!("default \"{written}\" from {}", rule.table()),
+            None if matches!(written, config::DefaultQuota::MonitorOnly) => {
+                format!(
+                    "default \"none\" from {}: monitored only, never acted on",
+                    rule.table()
+                )
+            }
+            None => format!(
+                "default \"{written}\" from {}: resolved on the compute node",
+                rule.table()
+            ),
+        },
+        QuotaFrom::DefaultCapped { rule, written } => format!(
+            "default \"{written}\" from {} is above the cap and is lowered to it",
+            rule.table()
+        ),
+        QuotaFrom::NoDefault => "no rule sets a default: monitored only, never acted on".to_string(),
+    };
+    let _ = writeln!(out, "Quota per GPU: {quota}  <- {from}");
+    let cap = match &effective.cap {
+        Some(cap) => format!(
+            "{}  <- max \"{}\" from {}",
+            cap.size,
+            cap.written,
+            cap.rule.table()
+        ),
+        None if effective.unchecked.iter().any(|u| {
+            matches!(
+                u,
+                Unchecked::Percent {
+                    setting: Setting::Max,
+                    ..
+                }
+            )
+        }) =>
+        {
+            "a percent, resolved on the compute node".to_string()
+        }
+        None => "none (no rule sets max)".to_string(),
+    };
+    let _ = writeln!(out, "Cap:           {cap}");
+    if let Some(request) = request {
+        let _ = writeln!(out, "Request:       {request} accepted");
+    }
+}
+
+/// The precedence table: for each kind, the rule that matches (if known) and its settings; the
+/// rule that supplied each effective setting is marked.
+fn write_why(out: &mut String, config: &Config, who: &Identity, outcome: &Result<Effective, Refusal>) {
+    let _ = writeln!(
+        out,
+        "Why: each setting comes from the most specific rule that sets it,"
+    );
+    let _ = writeln!(out, "     user > account > QOS > partition > defaults:");
+    let (default_from, max_from) = match outcome {
+        Err(refusal) => (None, Some(refusal.cap.rule.kind)),
+        Ok(e) => {
+            let default_from = match &e.quota_from {
+                QuotaFrom::Default { rule, .. } | QuotaFrom::DefaultCapped { rule, .. } => Some(rule.kind),
+                QuotaFrom::Request | QuotaFrom::NoDefault => None,
+            };
+            let unresolved_max = e.unchecked.iter().find_map(|u| match u {
+                Unchecked::Percent {
+                    rule,
+                    setting: Setting::Max,
+                    ..
+                } => Some(rule.kind),
+                _ => None,
+            });
+            (
+                default_from,
+                e.cap.as_ref().map(|c| c.rule.kind).or(unresolved_max),
+            )
+        }
+    };
+    let _ = writeln!(out, "  {:<28} {:<10} max", "rule", "default");
+    for kind in RuleKind::PRECEDENCE {
+        let Some(name) = who.name(kind) else {
+            let count = config.rules(kind).map_or(0, |r| r.len());
+            let _ = writeln!(
+                out,
+                "  {:<28} {} not given ({count} {} rule{} in the policy)",
+                format!("[{}.?]", kind.section()),
+                kind.noun(),
+                kind.section(),
+                if count == 1 { "" } else { "s" }
+            );
+            continue;
+        };
+        let table = kind.table(name);
+        let Some(rule) = config.rule(kind, name) else {
+            let _ = writeln!(out, "  {table:<28} (no such rule)");
+            continue;
+        };
+        let default = rule.default.map_or("-".to_string(), |d| d.to_string());
+        let max = rule.max.map_or("-".to_string(), |m| m.to_string());
+        let mut marks = Vec::new();
+        if default_from == Some(kind) {
+            marks.push("default");
+        }
+        if max_from == Some(kind) {
+            marks.push("max");
+        }
+        let line = match marks.as_slice() {
+            [] => format!("  {table:<28} {default:<10} {max}"),
+            marks => format!("  {table:<28} {default:<10} {max:<8}  <- {}", marks.join(", ")),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+}
+
+fn write_enforcement(out: &mut String, config: &Config, quota: Option<ByteSize>) {
+    let e = &config.enforcement;
+    let percent = (e.warn_threshold * 10_000.0).round() / 100.0;
+    let warn_at = quota.map_or(String::new(), |q| {
+        let bytes = (q.bytes() as f64 * e.warn_threshold) as u64;
+        format!(" = {}", ByteSize::from_bytes(bytes).floor_mib())
+    });
+    let rows = [
+        ("sample every", format_duration(e.interval)),
+        ("warn at", format!("{percent}% of the quota{warn_at}")),
+        (
+            "act after",
+            format!("{} over the quota", format_duration(e.grace)),
+        ),
+        ("action", e.action.to_string()),
+        (
+            &*format!("after {} requeues", e.max_requeues),
+            e.escalation.to_string(),
+        ),
+        ("if not requeueable", e.no_requeue_action.to_string()),
+        ("NVML library", e.nvml_library.display().to_string()),
+        ("runtime dir", e.runtime_dir.display().to_string()),
+        ("state dir", e.state_dir.display().to_string()),
+        ("if policy is broken", e.on_config_error.to_string()),
+    ];
+    let _ = writeln!(out, "On overuse (the same for every job):");
+    for (what, value) in rows {
+        let _ = writeln!(out, "  {what:<21} {value}");
+    }
 }

@@ -1,0 +1,243 @@
+//! The admin policy: who may use how much GPU memory, and what happens on overuse.
+//!
+//! Read from a TOML file (`etc/gpu-mem-quota.toml` is the commented example; `docs/CONFIG.md` the
+//! reference). [`parse`] turns the text into a validated [`Config`] or into every error it can find,
+//! each placed at `file:line:column` with its key. [`load`] reads the file first; it is the only
+//! function here that does I/O, so that a missing file is an error of its own kind.
+//!
+//! Module map: `raw` (the file's shape, for serde), `validate` (raw → checked values),
+//! `values` (percent, duration and action syntax), `error` (placing errors in the file),
+//! `render` (a policy back to TOML, every setting spelt out).
+
+mod error;
+mod raw;
+mod render;
+mod validate;
+pub mod values;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use error::{ConfigError, ConfigErrors, LoadError};
+pub use render::render;
+pub use values::{Action, Amount, DefaultQuota, OnConfigError, Percent};
+
+use crate::size::ByteSize;
+
+/// Where the plugin and `check-config` look when told nothing else.
+pub const DEFAULT_PATH: &str = crate::plugin_args::DEFAULT_CONFIG;
+
+/// The kinds of rule, each a table family in the file (`[user.NAME]`, ... and `[defaults]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RuleKind {
+    User,
+    Account,
+    Qos,
+    Partition,
+    Defaults,
+}
+
+impl RuleKind {
+    /// Most specific first: for each setting, the first kind with a matching rule that sets it wins.
+    /// A user rule is about one person; an account is the group a cluster shares GPUs between;
+    /// a QOS is a service level picked per job; a partition is a pool of hardware; `[defaults]`
+    /// is everyone. (docs/CONFIG.md explains the choice.)
+    pub const PRECEDENCE: [RuleKind; 5] = [
+        RuleKind::User,
+        RuleKind::Account,
+        RuleKind::Qos,
+        RuleKind::Partition,
+        RuleKind::Defaults,
+    ];
+
+    /// The table family's name in the file.
+    pub const fn section(self) -> &'static str {
+        match self {
+            RuleKind::User => "user",
+            RuleKind::Account => "account",
+            RuleKind::Qos => "qos",
+            RuleKind::Partition => "partition",
+            RuleKind::Defaults => "defaults",
+        }
+    }
+
+    /// The word an admin uses for it in a sentence (`account 'physics'`, `QOS 'low'`).
+    pub const fn noun(self) -> &'static str {
+        match self {
+            RuleKind::User => "user",
+            RuleKind::Account => "account",
+            RuleKind::Qos => "QOS",
+            RuleKind::Partition => "partition",
+            RuleKind::Defaults => "cluster",
+        }
+    }
+
+    /// A rule's table as written in the file: `[account.physics]`, `[user."j.doe"]`, `[defaults]`.
+    pub fn table(self, name: &str) -> String {
+        match self {
+            RuleKind::Defaults => "[defaults]".to_string(),
+            kind => format!("[{}.{}]", kind.section(), error::toml_key(name)),
+        }
+    }
+}
+
+/// One rule: the quota of a job that asks for none, and the largest quota a job may ask for.
+/// A setting left out is taken from the next rule in [`RuleKind::PRECEDENCE`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rule {
+    pub default: Option<DefaultQuota>,
+    pub max: Option<Amount>,
+}
+
+/// The validated policy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    /// `[defaults]`: for every job no more specific rule covers. No default means monitor only;
+    /// no max means no cap.
+    pub defaults: Rule,
+    /// `[defaults] gpu_memory`: the GPU size to resolve percents against where the real size is
+    /// not known (the submit host). The node's real GPU size always wins.
+    pub gpu_memory: Option<ByteSize>,
+    pub users: BTreeMap<String, Rule>,
+    pub accounts: BTreeMap<String, Rule>,
+    pub qos: BTreeMap<String, Rule>,
+    pub partitions: BTreeMap<String, Rule>,
+    pub enforcement: Enforcement,
+}
+
+impl Config {
+    /// The named rules of one kind; `None` for [`RuleKind::Defaults`], which has no names.
+    pub fn rules(&self, kind: RuleKind) -> Option<&BTreeMap<String, Rule>> {
+        match kind {
+            RuleKind::User => Some(&self.users),
+            RuleKind::Account => Some(&self.accounts),
+            RuleKind::Qos => Some(&self.qos),
+            RuleKind::Partition => Some(&self.partitions),
+            RuleKind::Defaults => None,
+        }
+    }
+
+    /// The rule for `name` of this kind (`name` is ignored for [`RuleKind::Defaults`]).
+    pub fn rule(&self, kind: RuleKind, name: &str) -> Option<&Rule> {
+        match self.rules(kind) {
+            Some(rules) => rules.get(name),
+            None => Some(&self.defaults),
+        }
+    }
+}
+
+/// `[enforcement]`: what the watchdog does, as plain values it can take as they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Enforcement {
+    /// How often the job's GPU memory is sampled.
+    pub interval: Duration,
+    /// Warn when usage reaches this fraction of the quota, in (0, 1].
+    pub warn_threshold: f64,
+    /// How long usage may stay over the quota before `action` is taken (0 = at once).
+    pub grace: Duration,
+    /// What is done to a job that stays over its quota.
+    pub action: Action,
+    /// After this many requeues for overuse, `escalation` is done instead of `action`.
+    pub max_requeues: u32,
+    /// Never `requeue` (that is the loop it ends).
+    pub escalation: Action,
+    /// For jobs that cannot be requeued (`--no-requeue`, `JobRequeue=0`): `cancel` or `warn-only`.
+    pub no_requeue_action: Action,
+    pub nvml_library: PathBuf,
+    /// Node-local files of running jobs (root-owned).
+    pub runtime_dir: PathBuf,
+    /// Node-local state that outlives a job.
+    pub state_dir: PathBuf,
+    /// What the plugin does when this file is missing or invalid.
+    pub on_config_error: OnConfigError,
+}
+
+/// The built-in enforcement settings and the limits `validate` holds settings to.
+pub mod limits {
+    use std::time::Duration;
+
+    pub const INTERVAL: Duration = Duration::from_secs(2);
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+    pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+    pub const WARN_THRESHOLD: f64 = 0.9;
+    pub const GRACE: Duration = Duration::from_secs(10);
+    pub const MAX_GRACE: Duration = Duration::from_secs(3600);
+    pub const MAX_REQUEUES: u32 = 3;
+    pub const MAX_REQUEUES_LIMIT: u32 = 100;
+    pub const NVML_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+    pub const RUNTIME_DIR: &str = "/run/gpu-mem-quota";
+    pub const STATE_DIR: &str = "/var/lib/gpu-mem-quota";
+}
+
+impl Default for Enforcement {
+    fn default() -> Self {
+        Enforcement {
+            interval: limits::INTERVAL,
+            warn_threshold: limits::WARN_THRESHOLD,
+            grace: limits::GRACE,
+            action: Action::Requeue,
+            max_requeues: limits::MAX_REQUEUES,
+            escalation: Action::RequeueHold,
+            no_requeue_action: Action::Cancel,
+            nvml_library: PathBuf::from(limits::NVML_LIBRARY),
+            runtime_dir: PathBuf::from(limits::RUNTIME_DIR),
+            state_dir: PathBuf::from(limits::STATE_DIR),
+            on_config_error: OnConfigError::FailOpen,
+        }
+    }
+}
+
+/// Parses and validates a policy. `file` names the file in error messages.
+/// A TOML syntax error, an unknown key or a table of the wrong shape stops the parser, so it
+/// comes alone; every bad value after that is reported, in file order.
+pub fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
+    let errors = |errors| ConfigErrors {
+        file: file.to_string(),
+        errors,
+    };
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| errors(vec![error::from_toml(text, &e)]))?;
+    validate::validate(raw, text).map_err(errors)
+}
+
+/// Reads and parses the policy file at `path`.
+pub fn load(path: &Path) -> Result<Config, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|reason| match reason.kind() {
+        std::io::ErrorKind::NotFound => LoadError::Missing {
+            path: path.to_path_buf(),
+        },
+        _ => LoadError::Unreadable {
+            path: path.to_path_buf(),
+            reason,
+        },
+    })?;
+    parse(&text, &path.display().to_string()).map_err(LoadError::Invalid)
+}
+
+/// `[enforcement] on_config_error` read from a file that does not validate, so that a broken
+/// policy can still be fail-closed. Trusts the setting only where it is unambiguous: from the
+/// parsed TOML when the syntax is fine, otherwise from a line `on_config_error = "..."` inside
+/// `[enforcement]`. `None` means not found (the plugin then uses fail-open, the default).
+pub fn salvage_on_config_error(text: &str) -> Option<OnConfigError> {
+    if let Ok(table) = text.parse::<toml::Table>() {
+        let value = table.get("enforcement")?.get("on_config_error")?.as_str()?;
+        return values::parse_on_config_error(value).ok();
+    }
+    let mut in_enforcement = false;
+    let mut found = None;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_enforcement = line.split('#').next().map(str::trim) == Some("[enforcement]");
+        } else if in_enforcement {
+            let Some((key, value)) = line.split_once('=') else {
+                continue;
+            };
+            if key.trim() == "on_config_error" {
+                let value = value.split('#').next().unwrap_or("").trim();
+                let value = value.trim_matches(|c| c == '"' || c == '\'');
+                found = values::parse_on_config_error(value).ok();
+            }
+        }
+    }
+    found
+}

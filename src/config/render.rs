@@ -1,0 +1,54 @@
+//! A validated policy written back as TOML, every setting spelt out (built-in ones included):
+//! what `check-config --print` shows, and what `parse` reads back to the same policy.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use super::values::format_duration;
+use super::{Config, Rule, RuleKind};
+
+pub fn render(config: &Config) -> String {
+    let mut out = String::from("[defaults]\n");
+    write_rule(&mut out, &config.defaults);
+    if let Some(size) = config.gpu_memory {
+        let _ = writeln!(out, "gpu_memory = \"{size}\"");
+    }
+    for kind in [
+        RuleKind::User,
+        RuleKind::Account,
+        RuleKind::Qos,
+        RuleKind::Partition,
+    ] {
+        for (name, rule) in config.rules(kind).into_iter().flatten() {
+            let _ = writeln!(out, "\n{}", kind.table(name));
+            write_rule(&mut out, rule);
+        }
+    }
+    let e = &config.enforcement;
+    out.push_str("\n[enforcement]\n");
+    let _ = writeln!(out, "interval = \"{}\"", format_duration(e.interval));
+    let _ = writeln!(out, "warn_threshold = {:?}", e.warn_threshold);
+    let _ = writeln!(out, "grace = \"{}\"", format_duration(e.grace));
+    let _ = writeln!(out, "action = \"{}\"", e.action);
+    let _ = writeln!(out, "max_requeues = {}", e.max_requeues);
+    let _ = writeln!(out, "escalation = \"{}\"", e.escalation);
+    let _ = writeln!(out, "no_requeue_action = \"{}\"", e.no_requeue_action);
+    let _ = writeln!(out, "nvml_library = {}", quoted_path(&e.nvml_library));
+    let _ = writeln!(out, "runtime_dir = {}", quoted_path(&e.runtime_dir));
+    let _ = writeln!(out, "state_dir = {}", quoted_path(&e.state_dir));
+    let _ = writeln!(out, "on_config_error = \"{}\"", e.on_config_error);
+    out
+}
+
+fn write_rule(out: &mut String, rule: &Rule) {
+    if let Some(default) = rule.default {
+        let _ = writeln!(out, "default = \"{default}\"");
+    }
+    if let Some(max) = rule.max {
+        let _ = writeln!(out, "max = \"{max}\"");
+    }
+}
+
+fn quoted_path(path: &Path) -> String {
+    toml::Value::String(path.display().to_string()).to_string()
+}

@@ -1,0 +1,315 @@
+//! From the file's shape to checked values. Every value is checked and every problem is kept,
+//! so that one run of `check-config` shows all of them.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use toml::{Spanned, Value};
+
+use super::error::{line_column, ConfigError};
+use super::raw::{Leaf, RawConfig, RawDefaults, RawEnforcement, RawRule, Rules};
+use super::values::{
+    format_duration, parse_action, parse_amount, parse_default_quota, parse_duration, parse_on_config_error,
+    Action, Amount, DefaultQuota,
+};
+use super::{limits, Config, Enforcement, Rule, RuleKind};
+use crate::size::{parse_size, ByteSize};
+
+pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut check = Checker {
+        text,
+        errors: Vec::new(),
+    };
+    let gpu_memory = check.size(&raw.defaults.gpu_memory, "[defaults] gpu_memory");
+    let defaults = check.defaults(&raw.defaults, gpu_memory);
+    let users = check.rules(RuleKind::User, &raw.user, gpu_memory);
+    let accounts = check.rules(RuleKind::Account, &raw.account, gpu_memory);
+    let qos = check.rules(RuleKind::Qos, &raw.qos, gpu_memory);
+    let partitions = check.rules(RuleKind::Partition, &raw.partition, gpu_memory);
+    let enforcement = check.enforcement(&raw.enforcement);
+    if !check.errors.is_empty() {
+        let mut errors = check.errors;
+        errors.sort_by_key(|e| (e.line, e.column));
+        return Err(errors);
+    }
+    Ok(Config {
+        defaults,
+        gpu_memory,
+        users,
+        accounts,
+        qos,
+        partitions,
+        enforcement,
+    })
+}
+
+struct Checker<'t> {
+    text: &'t str,
+    errors: Vec<ConfigError>,
+}
+
+impl Checker<'_> {
+    fn report(&mut self, span: Range<usize>, key: &str, message: String) {
+        let (line, column) = line_column(self.text, span.start);
+        self.errors.push(ConfigError {
+            line,
+            column,
+            key: key.to_string(),
+            message,
+        });
+    }
+
+    /// The value as a string, or an error naming the type found and what was expected.
+    fn string<'v>(&mut self, value: &'v Spanned<Value>, key: &str, example: &str) -> Option<&'v str> {
+        match value.get_ref() {
+            Value::String(s) => Some(s),
+            other => {
+                let message = format!(
+                    "expected a string such as {example}, found {} {other}",
+                    other.type_str()
+                );
+                self.report(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    /// Parses a string value with `parse`; `None` when absent or bad (bad ones are reported).
+    fn parsed<T>(
+        &mut self,
+        leaf: &Leaf,
+        key: &str,
+        example: &str,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let value = leaf.as_ref()?;
+        let text = self.string(value, key, example)?;
+        match parse(text) {
+            Ok(parsed) => Some(parsed),
+            Err(message) => {
+                self.report(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn size(&mut self, leaf: &Leaf, key: &str) -> Option<ByteSize> {
+        self.parsed(leaf, key, "\"80G\"", |text| {
+            parse_size(text).map_err(|e| format!("invalid size '{}': {e}", text.escape_debug()))
+        })
+    }
+
+    fn defaults(&mut self, raw: &RawDefaults, gpu_memory: Option<ByteSize>) -> Rule {
+        let rule = RawRule {
+            default: raw.default.clone(),
+            max: raw.max.clone(),
+        };
+        self.rule("[defaults]", &rule, gpu_memory)
+    }
+
+    fn rules(&mut self, kind: RuleKind, raw: &Rules, gpu_memory: Option<ByteSize>) -> BTreeMap<String, Rule> {
+        let mut rules = BTreeMap::new();
+        for (name, raw_rule) in raw {
+            let table = kind.table(name.get_ref());
+            if let Some(problem) = unmatchable(name.get_ref()) {
+                let message = format!("{} name {problem}: this rule would never match", kind.noun());
+                self.report(name.span(), &table, message);
+            }
+            let rule = self.rule(&table, raw_rule, gpu_memory);
+            rules.insert(name.get_ref().clone(), rule);
+        }
+        rules
+    }
+
+    fn rule(&mut self, table: &str, raw: &RawRule, gpu_memory: Option<ByteSize>) -> Rule {
+        let default_key = format!("{table} default");
+        let default = self.parsed(&raw.default, &default_key, "\"40G\", \"50%\" or \"none\"", |t| {
+            parse_default_quota(t)
+        });
+        let max = self.parsed(
+            &raw.max,
+            &format!("{table} max"),
+            "\"40G\" or \"50%\"",
+            parse_amount,
+        );
+        if let (Some(DefaultQuota::Amount(d)), Some(m), Some(span)) =
+            (default, max, raw.default.as_ref().map(Spanned::span))
+        {
+            if let Some(message) = default_above_max(d, m, gpu_memory) {
+                self.report(span, &default_key, message);
+            }
+        }
+        Rule { default, max }
+    }
+
+    fn enforcement(&mut self, raw: &RawEnforcement) -> Enforcement {
+        let built_in = Enforcement::default();
+        let table = "[enforcement]";
+        let key = |name: &str| format!("{table} {name}");
+        let interval = self.parsed(&raw.interval, &key("interval"), "\"2s\"", |t| {
+            within(parse_duration(t)?, limits::MIN_INTERVAL, limits::MAX_INTERVAL)
+        });
+        let grace = self.parsed(&raw.grace, &key("grace"), "\"10s\"", |t| {
+            within(parse_duration(t)?, Duration::ZERO, limits::MAX_GRACE)
+        });
+        let warn_threshold = self.warn_threshold(&raw.warn_threshold, &key("warn_threshold"));
+        let max_requeues = self.max_requeues(&raw.max_requeues, &key("max_requeues"));
+        let action = self.parsed(&raw.action, &key("action"), "\"requeue\"", |t| {
+            parse_action(t, &Action::ALL)
+        });
+        let escalation = self.parsed(&raw.escalation, &key("escalation"), "\"requeue-hold\"", |t| {
+            let allowed = [Action::RequeueHold, Action::Cancel, Action::WarnOnly];
+            parse_action(t, &allowed).map_err(|e| match t {
+                "requeue" => format!("{e} (escalation replaces requeueing after max_requeues)"),
+                _ => e,
+            })
+        });
+        let no_requeue_action = self.parsed(
+            &raw.no_requeue_action,
+            &key("no_requeue_action"),
+            "\"cancel\"",
+            |t| {
+                parse_action(t, &[Action::Cancel, Action::WarnOnly]).map_err(|e| {
+                    if t == "requeue" || t == "requeue-hold" {
+                        format!("{e} (this action is for jobs Slurm will not requeue)")
+                    } else {
+                        e
+                    }
+                })
+            },
+        );
+        let nvml_library = self.path(&raw.nvml_library, &key("nvml_library"));
+        let runtime_dir = self.path(&raw.runtime_dir, &key("runtime_dir"));
+        let state_dir = self.path(&raw.state_dir, &key("state_dir"));
+        let on_config_error = self.parsed(
+            &raw.on_config_error,
+            &key("on_config_error"),
+            "\"fail-open\"",
+            parse_on_config_error,
+        );
+        Enforcement {
+            interval: interval.unwrap_or(built_in.interval),
+            warn_threshold: warn_threshold.unwrap_or(built_in.warn_threshold),
+            grace: grace.unwrap_or(built_in.grace),
+            action: action.unwrap_or(built_in.action),
+            max_requeues: max_requeues.unwrap_or(built_in.max_requeues),
+            escalation: escalation.unwrap_or(built_in.escalation),
+            no_requeue_action: no_requeue_action.unwrap_or(built_in.no_requeue_action),
+            nvml_library: nvml_library.unwrap_or(built_in.nvml_library),
+            runtime_dir: runtime_dir.unwrap_or(built_in.runtime_dir),
+            state_dir: state_dir.unwrap_or(built_in.state_dir),
+            on_config_error: on_config_error.unwrap_or(built_in.on_config_error),
+        }
+    }
+
+    fn warn_threshold(&mut self, leaf: &Leaf, key: &str) -> Option<f64> {
+        let value = leaf.as_ref()?;
+        let threshold = match value.get_ref() {
+            Value::Float(f) => *f,
+            Value::Integer(i) => *i as f64,
+            other => {
+                let message = format!(
+                    "expected a number such as 0.9 (warn at 90% of the quota), found {} {other}",
+                    other.type_str()
+                );
+                self.report(value.span(), key, message);
+                return None;
+            }
+        };
+        if threshold > 0.0 && threshold <= 1.0 {
+            return Some(threshold);
+        }
+        let message = format!(
+            "{threshold} is not a fraction of the quota: give a number greater than 0 and at most 1 (0.9 = warn at 90%)"
+        );
+        self.report(value.span(), key, message);
+        None
+    }
+
+    fn max_requeues(&mut self, leaf: &Leaf, key: &str) -> Option<u32> {
+        let value = leaf.as_ref()?;
+        let limit = limits::MAX_REQUEUES_LIMIT;
+        match value.get_ref() {
+            Value::Integer(n) if (0..=i64::from(limit)).contains(n) => Some(*n as u32),
+            Value::Integer(n) => {
+                self.report(
+                    value.span(),
+                    key,
+                    format!("{n} is out of range: give 0 to {limit}"),
+                );
+                None
+            }
+            other => {
+                let message = format!(
+                    "expected a whole number 0 to {limit}, found {} {other}",
+                    other.type_str()
+                );
+                self.report(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn path(&mut self, leaf: &Leaf, key: &str) -> Option<PathBuf> {
+        self.parsed(leaf, key, "\"/run/gpu-mem-quota\"", |text| {
+            if text.starts_with('/') && !text.contains('\0') {
+                Ok(PathBuf::from(text))
+            } else {
+                Err(format!(
+                    "'{}' is not an absolute path: give one that starts with /",
+                    text.escape_debug()
+                ))
+            }
+        })
+    }
+}
+
+/// Why a rule's name can never equal a Slurm user, account, QOS or partition name, if it cannot.
+fn unmatchable(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("is empty")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("contains whitespace or a control character")
+    } else if name.contains(',') {
+        Some("contains a comma (one table per name)")
+    } else {
+        None
+    }
+}
+
+/// The message when a rule's default is larger than its own max, where that can be told from the
+/// file alone (both sizes, both percents, or percents resolved against `gpu_memory`).
+fn default_above_max(default: Amount, max: Amount, gpu_memory: Option<ByteSize>) -> Option<String> {
+    let above = match (default, max) {
+        (Amount::Percent(d), Amount::Percent(m)) => d > m,
+        _ => match (default.resolve(gpu_memory), max.resolve(gpu_memory)) {
+            (Some(d), Some(m)) => d > m,
+            _ => false,
+        },
+    };
+    let shown = |amount: Amount| match (amount, gpu_memory) {
+        (Amount::Percent(p), Some(total)) => format!("{p} ({} of gpu_memory {total})", p.of(total)),
+        _ => amount.to_string(),
+    };
+    above.then(|| {
+        format!(
+            "default {} is larger than this rule's max {}: a job that asks for nothing would get more than it may ask for",
+            shown(default),
+            shown(max)
+        )
+    })
+}
+
+fn within(d: Duration, min: Duration, max: Duration) -> Result<Duration, String> {
+    if d < min || d > max {
+        return Err(format!(
+            "{} is out of range: give {} to {}",
+            format_duration(d),
+            format_duration(min),
+            format_duration(max)
+        ));
+    }
+    Ok(d)
+}

@@ -1,0 +1,161 @@
+//! `gpu-mem-quota check-config`, run as an admin runs it.
+
+use std::process::{Command, Output};
+
+fn check_config(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gpu-mem-quota"))
+        .arg("check-config")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn a_valid_policy_gets_one_ok_line() {
+    let out = check_config(&["etc/gpu-mem-quota.toml"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        text(&out.stdout),
+        "etc/gpu-mem-quota.toml: OK: rules: 1 user, 2 account, 1 qos, 1 partition; \
+         defaults: default 50%, max 64G; on overuse: requeue (then requeue-hold after 3 requeues)\n"
+    );
+    assert_eq!(text(&out.stderr), "");
+}
+
+#[test]
+fn every_error_is_printed_and_the_status_is_1() {
+    let out = check_config(&["tests/fixtures/config/many-errors.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let expected = std::fs::read_to_string("tests/fixtures/config/many-errors.expected").unwrap();
+    assert_eq!(text(&out.stderr), expected);
+    assert_eq!(text(&out.stdout), "");
+
+    let out = check_config(&["tests/fixtures/config/unknown-key.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "tests/fixtures/config/unknown-key.toml:7:1: [account.physics] maximum: unknown field `maximum`, expected `default` or `max`\n"
+    );
+}
+
+#[test]
+fn a_missing_file_is_an_error() {
+    let out = check_config(&["/nonexistent/gpu-mem-quota.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "/nonexistent/gpu-mem-quota.toml: no such file: the GPU memory policy is missing\n"
+    );
+}
+
+#[test]
+fn usage_errors_are_status_2() {
+    for args in [
+        vec!["--user", "alice"],
+        vec!["/nonexistent.toml", "--explain", "--request", "0"],
+        vec!["a.toml", "b.toml"],
+        vec!["--bogus"],
+        vec!["etc/gpu-mem-quota.toml", "--explain", "--request", "banana"],
+        vec!["etc/gpu-mem-quota.toml", "--explain", "--gpu-size", "80GB"],
+    ] {
+        let out = check_config(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains("Usage: gpu-mem-quota check-config"),
+            "{args:?}"
+        );
+    }
+    let out = check_config(&["etc/gpu-mem-quota.toml", "--explain", "--request", "banana"]);
+    assert!(
+        text(&out.stderr).starts_with("gpu-mem-quota check-config: invalid --request 'banana': not a size")
+    );
+}
+
+#[test]
+fn help() {
+    let out = check_config(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("--explain"));
+}
+
+#[test]
+fn explain_shows_the_values_and_why() {
+    let out = check_config(&[
+        "etc/gpu-mem-quota.toml",
+        "--explain",
+        "--user",
+        "root",
+        "--account",
+        "physics",
+        "--partition",
+        "gpu",
+        "--qos",
+        "normal",
+        "--gpu-size",
+        "80G",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let report = text(&out.stdout);
+    for line in [
+        "Job:      user root, account physics, partition gpu, QOS normal",
+        "GPU size: 80G (--gpu-size)",
+        "Quota per GPU: 40G  <- default \"50%\" from [defaults]",
+        "Cap:           40G  <- max \"40G\" from [account.physics]",
+        "     user > account > QOS > partition > defaults:",
+        "  [user.root]                  (no such rule)",
+        "  [account.physics]            -          40G       <- max",
+        "  [defaults]                   50%        64G       <- default",
+        "  sample every          2s",
+        "  warn at               90% of the quota = 36G",
+        "  act after             10s over the quota",
+        "  action                requeue",
+        "  after 3 requeues      requeue-hold",
+        "  if not requeueable    cancel",
+        "  if policy is broken   fail-open",
+    ] {
+        assert!(report.lines().any(|l| l == line), "missing {line:?} in\n{report}");
+    }
+}
+
+#[test]
+fn explain_a_refusal_and_what_the_submit_host_cannot_check() {
+    let out = check_config(&[
+        "etc/gpu-mem-quota.toml",
+        "--explain",
+        "--user",
+        "gmq-user",
+        "--request",
+        "35G",
+    ]);
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("Refused:  --gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("  [user.gmq-user]              -          30G       <- max\n"),
+        "{report}"
+    );
+
+    let out = check_config(&[
+        "etc/gpu-mem-quota.toml",
+        "--explain",
+        "--user",
+        "alice",
+        "--request",
+        "50G",
+    ]);
+    let report = text(&out.stdout);
+    assert!(report.contains("Request:       50G accepted\n"), "{report}");
+    assert!(
+        report.contains("  [account.?]                  account not given (2 account rules in the policy)\n")
+    );
+    assert!(
+        report.contains("  - the account is not known here and some account rules set 'max'\n"),
+        "{report}"
+    );
+}
