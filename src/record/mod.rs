@@ -47,8 +47,8 @@ const MIB: u64 = 1 << 20;
 /// Everything our segment says about one job, across its nodes and runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Record {
-    /// One entry per (run, node), sorted by run then node; see [`Record::insert`].
-    pub entries: Vec<Entry>,
+    /// One entry per (run, node), sorted by run then node: add with [`Record::insert`].
+    entries: Vec<Entry>,
     /// Entries that were folded away to keep the record within its size bound.
     pub folded: Option<Folded>,
 }
@@ -196,6 +196,11 @@ impl Record {
             Ok(at) => self.entries[at].join(&entry),
             Err(at) => self.entries.insert(at, entry),
         }
+    }
+
+    /// Every entry, by run then node.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
     }
 
     /// The entry of one node and run, if recorded.

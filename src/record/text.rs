@@ -43,7 +43,7 @@ pub fn parse(admin_comment: &str) -> Result<Option<Record>, RecordError> {
 }
 
 /// Renders a record as a segment of at most [`super::MAX_RECORD_BYTES`], dropping detail and folding
-/// the oldest entries when needed (see [`super::budget`]).
+/// the oldest entries when needed (see docs/ACCOUNTING.md, "Size bound").
 pub fn render(record: &Record) -> String {
     let mut fitted = record.clone();
     fit(&mut fitted, None);
@@ -165,8 +165,10 @@ fn decode(text: &str) -> Option<String> {
         match bytes[i] {
             b'%' => {
                 let hex = bytes.get(i + 1..i + 3)?;
-                let hex = std::str::from_utf8(hex).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
                 i += 3;
             }
             b if is_unreserved(b) => {
@@ -365,7 +367,7 @@ mod tests {
             );
             assert_eq!(decode(&encoded).as_deref(), Some(name));
         }
-        for bad in ["%", "%4", "%zz", "a=b", "%FF"] {
+        for bad in ["%", "%4", "%zz", "%+F", "a=b", "%FF"] {
             assert_eq!(decode(bad), None, "{bad}");
         }
     }
