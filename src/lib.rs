@@ -17,6 +17,7 @@ pub mod quota;
 pub mod record;
 pub mod request;
 pub mod size;
+pub mod textfile;
 
 #[cfg(feature = "spank")]
 pub mod spank;

@@ -1,0 +1,64 @@
+//! Keeping a record within [`MAX_RECORD_BYTES`].
+//!
+//! When the rendered segment is too long, one step at a time is taken until it fits, always on the
+//! oldest entry that still allows the step (oldest = lowest run, then earliest update, then node
+//! name; the entry being written is treated as the newest):
+//! 1. drop the GPU ids of an entry;
+//! 2. replace an entry's per-GPU peaks by its largest peak (`pk=`);
+//! 3. fold an entry into the `*` summary, which keeps its counts and peak but not its node and run.
+//!
+//! Every writer takes the same steps on the same record, so writers that saw the same record
+//! produce the same text.
+
+use super::text::render_unbounded;
+use super::{Entry, Folded, GpuPeaks, Record, MAX_RECORD_BYTES};
+
+/// Shrinks `record` until it renders within the bound. `newest` names the (run, node) entry being
+/// written, which is folded only if it alone cannot fit.
+pub(super) fn fit(record: &mut Record, newest: Option<(u32, &str)>) {
+    while render_unbounded(record).len() > MAX_RECORD_BYTES {
+        let order = oldest_first(record, newest);
+        if let Some(&at) = order.iter().find(|&&at| has_ids(&record.entries[at])) {
+            drop_ids(&mut record.entries[at]);
+        } else if let Some(&at) = order
+            .iter()
+            .find(|&&at| matches!(record.entries[at].peaks, GpuPeaks::Each(_)))
+        {
+            let entry = &mut record.entries[at];
+            entry.peaks = GpuPeaks::Max(entry.peak());
+        } else if let Some(&at) = order.first() {
+            let entry = record.entries.remove(at);
+            record.folded.get_or_insert_with(Folded::default).absorb(&entry);
+        } else {
+            // Only the summary is left, and it is far below the bound: numbers only. Never loop.
+            break;
+        }
+    }
+}
+
+/// Indices of the entries, oldest first, `newest` last.
+fn oldest_first(record: &Record, newest: Option<(u32, &str)>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..record.entries.len()).collect();
+    order.sort_by_key(|&at| {
+        let e = &record.entries[at];
+        (
+            Some(e.key()) == newest,
+            e.run,
+            e.facts.updated_at,
+            e.node.as_str(),
+        )
+    });
+    order
+}
+
+fn has_ids(entry: &Entry) -> bool {
+    matches!(&entry.peaks, GpuPeaks::Each(gpus) if gpus.iter().any(|g| g.id.is_some()))
+}
+
+fn drop_ids(entry: &mut Entry) {
+    if let GpuPeaks::Each(gpus) = &mut entry.peaks {
+        for gpu in gpus {
+            gpu.id = None;
+        }
+    }
+}
