@@ -147,14 +147,19 @@ fn read_claim(path: &Path, pid: u32, proc_root: &Path) -> Option<Claim> {
             meta.len()
         ));
     }
-    let mut text = String::new();
-    if let Err(e) = file.take(MAX_FILE_BYTES).read_to_string(&mut text) {
-        return skip(e.to_string());
-    }
+    // One read: the file is small and regular. A short read means it is being rewritten.
+    let mut buffer = [0u8; MAX_FILE_BYTES as usize];
+    let length = match (&file).read(&mut buffer) {
+        Ok(length) => length,
+        Err(e) => return skip(e.to_string()),
+    };
+    let Ok(text) = std::str::from_utf8(&buffer[..length]) else {
+        return skip("not UTF-8 text".to_string());
+    };
     if text.trim().is_empty() {
         return None; // being written right now (`echo 30G > file` truncates first)
     }
-    match parse_claim(pid, &text) {
+    match parse_claim(pid, text) {
         Ok(claim) => Some(claim),
         Err(e) => skip(e),
     }

@@ -208,22 +208,19 @@ pub fn default_reserved(total: u64) -> u64 {
 }
 
 pub fn parse_devices(text: &str) -> Result<Devices, String> {
-    let file: DevicesFile = toml::from_str(text).map_err(|e| format!("devices.toml: {e}"))?;
+    let file: DevicesFile = toml::from_str(text).map_err(|e| e.to_string())?;
     if file.gpu.len() > MAX_GPUS {
-        return Err(format!(
-            "devices.toml: {} GPUs, at most {MAX_GPUS}",
-            file.gpu.len()
-        ));
+        return Err(format!("{} GPUs, at most {MAX_GPUS}", file.gpu.len()));
     }
     let mut gpus = Vec::with_capacity(file.gpu.len());
     for (index, entry) in file.gpu.into_iter().enumerate() {
-        let gpu = check_gpu(index, entry).map_err(|e| format!("devices.toml: [[gpu]] {index}: {e}"))?;
+        let gpu = check_gpu(index, entry).map_err(|e| format!("[[gpu]] {index}: {e}"))?;
         gpus.push(gpu);
     }
     let mut uuids: Vec<&str> = gpus.iter().flat_map(all_uuids).collect();
     uuids.sort_unstable();
     if let Some(pair) = uuids.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(format!("devices.toml: uuid {} appears twice", pair[0]));
+        return Err(format!("uuid {} appears twice", pair[0]));
     }
     Ok(Devices {
         driver_version: file
@@ -353,7 +350,7 @@ fn check_uuid(uuid: &str, prefix: &str) -> Result<(), String> {
 }
 
 pub fn parse_faults(text: &str) -> Result<Faults, String> {
-    let file: FaultsFile = toml::from_str(text).map_err(|e| format!("faults.toml: {e}"))?;
+    let file: FaultsFile = toml::from_str(text).map_err(|e| e.to_string())?;
     let init = file
         .init
         .as_deref()
@@ -362,7 +359,7 @@ pub fn parse_faults(text: &str) -> Result<Faults, String> {
     let transient = file.transient.map(check_transient).transpose()?;
     if file.procs_grow_between_calls > MAX_GROWTH {
         return Err(format!(
-            "faults.toml: procs_grow_between_calls = {} is more than {MAX_GROWTH}",
+            "procs_grow_between_calls = {} is more than {MAX_GROWTH}",
             file.procs_grow_between_calls
         ));
     }
@@ -371,7 +368,7 @@ pub fn parse_faults(text: &str) -> Result<Faults, String> {
         Some("v1-only") => true,
         Some(other) => {
             return Err(format!(
-                "faults.toml: memory_info_version = '{other}', expected 'v2' or 'v1-only'"
+                "memory_info_version = '{other}', expected 'v2' or 'v1-only'"
             ))
         }
     };
@@ -386,7 +383,7 @@ pub fn parse_faults(text: &str) -> Result<Faults, String> {
 fn check_transient(entry: TransientEntry) -> Result<Transient, String> {
     if !FAULTABLE_FUNCTIONS.contains(&entry.function.as_str()) {
         return Err(format!(
-            "faults.toml: transient.function '{}' is not one of: {}",
+            "transient.function '{}' is not one of: {}",
             entry.function,
             FAULTABLE_FUNCTIONS.join(", ")
         ));
@@ -400,7 +397,7 @@ fn check_transient(entry: TransientEntry) -> Result<Transient, String> {
 
 fn named_error(key: &str, name: &str) -> Result<Return, String> {
     error_by_name(name).ok_or_else(|| {
-        format!("faults.toml: {key} = '{name}' is not an NVML error name (e.g. DRIVER_NOT_LOADED, UNKNOWN)")
+        format!("{key} = '{name}' is not an NVML error name (e.g. DRIVER_NOT_LOADED, UNKNOWN)")
     })
 }
 
@@ -503,7 +500,7 @@ mod tests {
             ("[[gpu]]\nuuid = \"GPU-1234\"\nname = \"x\"\ntotal = \"80G\"".to_string(), "'GPU-1234'"),
             ("[[gpu]]\nuuid = \"GPU-12345678-1234-1234-1234-123456789abX\"\nname = \"x\"\ntotal = 1".to_string(), "form GPU-"),
             ("[[gpu]]\nname = \"x\"\ntotal = 1".to_string(), "uuid"),
-            ("[[gpu]\n".to_string(), "devices.toml"),
+            ("[[gpu]\n".to_string(), "TOML parse error"),
         ];
         for (text, needle) in cases {
             let err = parse_devices(&text).unwrap_err();
