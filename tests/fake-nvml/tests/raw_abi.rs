@@ -92,6 +92,7 @@ fn calls_before_init_and_after_the_last_shutdown_are_uninitialized() {
 
 #[test]
 fn error_strings_work_without_init() {
+    let _scenario = Scenario::new(None); // the environment is shared: one test at a time
     let lib = load();
     let text = |code| {
         unsafe { CStr::from_ptr(f(&lib.nvmlErrorString)(code)) }

@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use nvml_wrapper::Nvml;
@@ -138,8 +138,4 @@ impl Drop for Scenario {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-pub fn exists(path: &Path) -> bool {
-    path.symlink_metadata().is_ok()
 }
