@@ -5,11 +5,13 @@
 //! Layers point down only: `spank` (FFI edge) and `cli` use the pure modules; the pure modules
 //! (`size`, `request`, `config`, `quota`, `hints`, `predict`, `record`, `plan`) do no I/O.
 
+pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod hints;
 pub mod job_env;
 pub mod metrics;
+pub mod passwd;
 pub mod plan;
 pub mod plugin_args;
 pub mod predict;

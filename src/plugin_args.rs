@@ -9,21 +9,32 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::config::values::{parse_on_config_error, OnConfigError};
+
 pub const DEFAULT_CONFIG: &str = "/etc/slurm/gpu-mem-quota.toml";
 
 /// Every key the plugstack line accepts, with what it means (for error messages and docs).
-pub const KEYS: &[(&str, &str)] = &[("config", "absolute path of the admin policy (TOML)")];
+pub const KEYS: &[(&str, &str)] = &[
+    ("config", "absolute path of the admin policy (TOML)"),
+    (
+        "on_config_error",
+        "fail-open or fail-closed, for a policy file that is missing or says nothing",
+    ),
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginArgs {
     /// The admin policy file.
     pub config: PathBuf,
+    /// What to do when the policy is missing, or too broken to say itself.
+    pub on_config_error: OnConfigError,
 }
 
 impl Default for PluginArgs {
     fn default() -> Self {
         PluginArgs {
             config: PathBuf::from(DEFAULT_CONFIG),
+            on_config_error: OnConfigError::FailOpen,
         }
     }
 }
@@ -33,11 +44,7 @@ pub enum ArgError {
     NotKeyValue(String),
     UnknownKey(String),
     Repeated(String),
-    BadValue {
-        key: String,
-        value: String,
-        why: &'static str,
-    },
+    BadValue { key: String, value: String, why: String },
 }
 
 impl fmt::Display for ArgError {
@@ -84,7 +91,7 @@ pub fn parse_plugin_args<S: AsRef<str>>(words: &[S]) -> Result<PluginArgs, ArgEr
             return Err(ArgError::Repeated(key.to_string()));
         }
         seen.push(known);
-        let bad = |why| ArgError::BadValue {
+        let bad = |why: String| ArgError::BadValue {
             key: key.to_string(),
             value: value.to_string(),
             why,
@@ -92,9 +99,13 @@ pub fn parse_plugin_args<S: AsRef<str>>(words: &[S]) -> Result<PluginArgs, ArgEr
         match known {
             "config" => {
                 if !value.starts_with('/') {
-                    return Err(bad("must be an absolute path"));
+                    return Err(bad("must be an absolute path".into()));
                 }
                 args.config = PathBuf::from(value);
+            }
+            "on_config_error" => {
+                args.on_config_error = parse_on_config_error(value)
+                    .map_err(|_| bad("expected fail-open or fail-closed".into()))?
             }
             _ => unreachable!("every key in KEYS is handled"),
         }
@@ -136,7 +147,7 @@ mod tests {
                 ArgError::BadValue {
                     key: "config".into(),
                     value: "relative.toml".into(),
-                    why: "must be an absolute path",
+                    why: "must be an absolute path".into(),
                 },
             ),
             (
@@ -144,7 +155,7 @@ mod tests {
                 ArgError::BadValue {
                     key: "config".into(),
                     value: "".into(),
-                    why: "must be an absolute path",
+                    why: "must be an absolute path".into(),
                 },
             ),
         ];
@@ -158,7 +169,18 @@ mod tests {
         let e = parse_plugin_args(&["conifg=/x"]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown plugstack argument 'conifg' (known keys: config)"
+            "unknown plugstack argument 'conifg' (known keys: config, on_config_error)"
+        );
+    }
+
+    #[test]
+    fn on_config_error() {
+        let args = parse_plugin_args(&["on_config_error=fail-closed", "config=/x.toml"]).unwrap();
+        assert_eq!(args.on_config_error, OnConfigError::FailClosed);
+        let e = parse_plugin_args(&["on_config_error=closed"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid plugstack argument on_config_error='closed': expected fail-open or fail-closed"
         );
     }
 }

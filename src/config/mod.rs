@@ -202,16 +202,42 @@ pub fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
 
 /// Reads and parses the policy file at `path`.
 pub fn load(path: &Path) -> Result<Config, LoadError> {
-    let text = std::fs::read_to_string(path).map_err(|reason| match reason.kind() {
-        std::io::ErrorKind::NotFound => LoadError::Missing {
-            path: path.to_path_buf(),
-        },
-        _ => LoadError::Unreadable {
-            path: path.to_path_buf(),
-            reason,
-        },
-    })?;
-    parse(&text, &path.display().to_string()).map_err(LoadError::Invalid)
+    load_for_job(path, OnConfigError::FailOpen).map_err(|unusable| unusable.error)
+}
+
+/// A policy that cannot be used, and what the site wants done about that.
+#[derive(Debug)]
+pub struct Unusable {
+    pub mode: OnConfigError,
+    pub error: LoadError,
+}
+
+/// Reads the policy for a job. When it is missing or invalid, the mode comes from the file itself
+/// where it says (even a broken one, see [`salvage_on_config_error`]), else `if_unsaid` (the
+/// plugstack argument `on_config_error`, fail-open unless the admin chose otherwise).
+pub fn load_for_job(path: &Path, if_unsaid: OnConfigError) -> Result<Config, Unusable> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(reason) => {
+            let error = match reason.kind() {
+                std::io::ErrorKind::NotFound => LoadError::Missing {
+                    path: path.to_path_buf(),
+                },
+                _ => LoadError::Unreadable {
+                    path: path.to_path_buf(),
+                    reason,
+                },
+            };
+            return Err(Unusable {
+                mode: if_unsaid,
+                error,
+            });
+        }
+    };
+    parse(&text, &path.display().to_string()).map_err(|errors| Unusable {
+        mode: salvage_on_config_error(&text).unwrap_or(if_unsaid),
+        error: LoadError::Invalid(errors),
+    })
 }
 
 /// `[enforcement] on_config_error` read from a file that does not validate, so that a broken

@@ -79,7 +79,25 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
     })
 }
 
-/// slurmstepd's task child, as the user, just before exec: validate and write the task's environment.
+/// Submit host, after the command line is parsed: check the request against the policy's caps.
+#[no_mangle]
+pub extern "C" fn slurm_spank_init_post_opt(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("init_post_opt", sp, ac, av, |spank| match spank.context() {
+        Context::Local | Context::Allocator => local::check_request(spank),
+        _ => Ok(()),
+    })
+}
+
+/// slurmstepd, once per step: decide the step's quota (never fails: see `remote`).
+#[no_mangle]
+pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("user_init", sp, ac, av, |spank| match spank.context() {
+        Context::Remote => remote::user_init(spank),
+        _ => Ok(()),
+    })
+}
+
+/// slurmstepd's task child, as the user, just before exec: apply the step's decision.
 /// Failing here ends the task with exit code 1 (the job fails, the user sees why). Failing earlier, in
 /// user_init, would make slurmd report "could not execve job" and drain the node: a forged value must
 /// never let a user take a node out of service.

@@ -153,6 +153,16 @@ impl Spank {
         Ok(Some(text.to_string_lossy().into_owned()))
     }
 
+    /// The job owner's uid (remote and local contexts).
+    pub fn job_uid(&self) -> Result<u32, SpankError> {
+        let mut uid: libc::uid_t = 0;
+        // SAFETY: S_JOB_UID takes one `uid_t *`.
+        check("spank_get_item(S_JOB_UID)", unsafe {
+            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_UID, &mut uid as *mut libc::uid_t)
+        })?;
+        Ok(uid)
+    }
+
     /// The job id (remote and local contexts).
     pub fn job_id(&self) -> Result<u32, SpankError> {
         let mut id: u32 = 0;

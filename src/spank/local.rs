@@ -1,10 +1,17 @@
 //! The submit host: sbatch and salloc (allocator context) and srun (local context).
-//! Option values are validated by the option callback while Slurm parses the command line, so a
-//! bad value stops the command before anything reaches slurmctld.
+//!
+//! Option values are checked by the option callback while Slurm parses the command line; the
+//! request is then checked against the policy's caps in `init_post_opt`. Either refusal stops the
+//! command before anything reaches slurmctld. Only what is known here is checked (the user; the
+//! account, partition and QOS are often chosen later): the node checks again, authoritatively.
 
 use super::handle::Spank;
-use super::options;
+use super::{log, options};
+use crate::admission;
+use crate::config;
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
+use crate::quota::Identity;
+use crate::request;
 
 pub fn check_plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
     parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())
@@ -15,6 +22,26 @@ pub fn register_options(spank: &Spank) -> Result<(), String> {
         spank
             .register_option(option)
             .map_err(|e| format!("cannot register --{}: {e}", option.name.to_string_lossy()))?;
+    }
+    Ok(())
+}
+
+pub fn check_request(spank: &Spank) -> Result<(), String> {
+    let Some(value) = options::given(&options::QUOTA) else {
+        return Ok(());
+    };
+    let request = request::parse_quota_option(&value).map_err(|e| e.to_string())?;
+    let args = check_plugin_args(spank)?;
+    let policy = config::load_for_job(&args.config, args.on_config_error);
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let who = Identity {
+        user: crate::passwd::user_name(uid),
+        ..Identity::default()
+    };
+    let verdict = admission::on_submit(request, &policy, &who)?;
+    if let Some(warning) = verdict.warning {
+        log::error(&warning);
     }
     Ok(())
 }

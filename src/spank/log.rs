@@ -9,7 +9,7 @@ use crate::PLUGIN_NAME;
 fn line(message: &str) -> CString {
     let text = format!("{PLUGIN_NAME}: {message}");
     // Interior NULs (from a forged value) would truncate the line; show them instead.
-    CString::new(text.replace('\0', "\\0")).unwrap_or_default()
+    CString::new(text.replace('\0', "\\0").replace('\n', " / ")).unwrap_or_default()
 }
 
 pub fn info(message: &str) {

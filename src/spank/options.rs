@@ -2,6 +2,7 @@
 //! `sbatch --help`, `srun --help` and `salloc --help` list them under "Options provided by plugins".
 
 use std::ffi::{c_char, c_int, CStr};
+use std::sync::Mutex;
 
 use super::{exports::guard, sys};
 use crate::request;
@@ -40,6 +41,21 @@ pub const QUOTA: SpankOption = SpankOption {
 
 pub const ALL: &[SpankOption] = &[QUOTA];
 
+/// The values given on this submit host's command line (by option `val`), kept for the policy check
+/// in `init_post_opt`: Slurm's getopt does not work in the allocator context. Plain process state:
+/// sbatch/srun/salloc are single-threaded while they parse options.
+static GIVEN: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
+
+/// The value of `option` given on this submit host's command line, if any.
+pub fn given(option: &SpankOption) -> Option<String> {
+    let given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    given
+        .iter()
+        .rev()
+        .find(|(val, _)| *val == option.val)
+        .map(|(_, value)| value.clone())
+}
+
 /// Slurm calls this when an option is given: on the submit host (`remote == 0`) while it parses the
 /// command line, where an error stops sbatch/srun/salloc before anything is submitted; and in
 /// slurmstepd (`remote == 1`), where Slurm only logs a failure, so the remote context re-validates
@@ -58,7 +74,12 @@ extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
             // SAFETY: Slurm passes the option's argument as a NUL-terminated string.
             unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned()
         };
-        (option.validate)(&value)
+        (option.validate)(&value)?;
+        GIVEN
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((val, value));
+        Ok(())
     })
 }
 

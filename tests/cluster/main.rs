@@ -2,4 +2,5 @@
 //! Every job is submitted by the ordinary test user with the real sbatch, srun and salloc.
 
 mod plugin;
+mod policy;
 mod support;

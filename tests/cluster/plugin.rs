@@ -1,8 +1,8 @@
 //! The foundation: `--gpu-mem-quota` from the command line to the job's environment.
+//! These tests run under a policy without caps or defaults (`OPEN_POLICY`); tests/cluster/policy.rs
+//! covers the admin policy.
 
 use crate::support::*;
-
-const NEEDS: &str = "needs the dev cluster: slurm/dev-cluster test";
 
 /// Prints every GPU_MEM_QUOTA* variable of the batch script and of an srun task, each with a marker.
 const SHOW_BOTH: &str = "env | sed -n 's/^GPU_MEM_QUOTA/batch:GPU_MEM_QUOTA/p'; \
@@ -11,7 +11,7 @@ const SHOW_BOTH: &str = "env | sed -n 's/^GPU_MEM_QUOTA/batch:GPU_MEM_QUOTA/p'; 
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn quota_reaches_the_batch_script_and_every_srun_task() {
-    let _ = NEEDS;
+    let _policy = install_policy(OPEN_POLICY);
     let dir = user_dir("quota-env");
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], SHOW_BOTH);
     let expected = vec![
@@ -37,6 +37,7 @@ fn quota_reaches_the_batch_script_and_every_srun_task() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn equivalent_spellings_normalise_to_the_same_quota() {
+    let _policy = install_policy(OPEN_POLICY);
     let dir = user_dir("quota-spellings");
     for spelling in ["40GiB", "40960M", "40960"] {
         let job = sbatch_wait(&dir, &[&format!("--gpu-mem-quota={spelling}")], SHOW_BOTH);
@@ -56,6 +57,7 @@ fn equivalent_spellings_normalise_to_the_same_quota() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn bad_values_are_refused_before_anything_is_submitted() {
+    let _policy = install_policy(OPEN_POLICY);
     let before = last_job_id();
     for (value, why) in [
         ("banana", "not a size"),
@@ -104,6 +106,7 @@ fn bad_values_are_refused_before_anything_is_submitted() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_without_the_option_is_left_untouched() {
+    let _policy = install_policy(OPEN_POLICY);
     let dir = user_dir("no-option");
     let job = sbatch_wait(&dir, &["--gres=gpu:1"], &format!("{SHOW_BOTH}; echo done"));
     assert_eq!(
@@ -118,6 +121,7 @@ fn a_job_without_the_option_is_left_untouched() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn srun_and_salloc_carry_the_quota_too() {
+    let _policy = install_policy(OPEN_POLICY);
     let show = ["sh", "-c", "env | grep ^GPU_MEM_QUOTA | sort"];
     let srun = as_user("srun", &[&["--gpu-mem-quota=8G"][..], &show].concat(), &[]);
     assert!(srun.status.success(), "{}", String::from_utf8_lossy(&srun.stderr));
@@ -166,7 +170,9 @@ fn help_lists_the_option_and_slurmd_loaded_the_plugin() {
     let unexpected: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("error") && l.contains("gpu_mem_quota") || l.contains("error: gpu-mem-quota"))
-        .filter(|l| !l.contains("refusing to start the task") && !l.contains("task_init() failed"))
+        .filter(|l| {
+            !l.contains("refusing") && !l.contains("task_init() failed") && !l.contains("policy is unusable")
+        })
         .collect();
     assert!(
         unexpected.is_empty(),
@@ -177,6 +183,7 @@ fn help_lists_the_option_and_slurmd_loaded_the_plugin() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_forged_value_in_the_job_environment_is_refused_on_the_node() {
+    let _policy = install_policy(OPEN_POLICY);
     let dir = user_dir("forged");
     // What sbatch would have put there for --gpu-mem-quota, written by hand with an invalid value.
     let forged = [("_SLURM_SPANK_OPTION_gpu_mem_quota_gpu_mem_quota", "banana")];

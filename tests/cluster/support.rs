@@ -138,3 +138,34 @@ pub fn quota_vars(text: &str, marker: &str) -> Vec<String> {
     vars.sort();
     vars
 }
+
+/// The repository's example policy: what the dev cluster runs with.
+pub fn example_policy() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/etc/gpu-mem-quota.toml"))
+        .expect("etc/gpu-mem-quota.toml")
+}
+
+/// Puts `text` in place as the lab's policy (read by sbatch and by every step) until dropped,
+/// then puts the example policy back.
+pub struct PolicyGuard;
+
+pub fn install_policy(text: &str) -> PolicyGuard {
+    write_policy(text);
+    PolicyGuard
+}
+
+fn write_policy(text: &str) {
+    let path = lab().join("etc/gpu-mem-quota.toml");
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).expect("write policy");
+    std::fs::rename(&tmp, &path).expect("install policy");
+}
+
+impl Drop for PolicyGuard {
+    fn drop(&mut self) {
+        write_policy(&example_policy());
+    }
+}
+
+/// A policy with no caps and no default: the plugin only carries what users ask for.
+pub const OPEN_POLICY: &str = "[defaults]\ndefault = \"none\"\n";

@@ -1,0 +1,266 @@
+//! Whether a job may have what it asked for, and what it gets: the plugin's decisions on the submit
+//! host and on the node, as plain functions of the request, the policy and who runs the job.
+//! The SPANK edge gathers the inputs, logs the words and writes the environment.
+
+use crate::config::{Config, OnConfigError, Unusable};
+use crate::quota::{self, Identity, QuotaFrom};
+use crate::request;
+use crate::size::ByteSize;
+
+/// The policy as the plugin found it.
+pub type Policy = Result<Config, Unusable>;
+
+/// Accepted on the submit host; `warning` is printed to the user (a broken, fail-open policy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitVerdict {
+    pub warning: Option<String>,
+}
+
+/// Checks a valid `--gpu-mem-quota` request against the caps that can be known on the submit host.
+/// `Err` is the refusal to print; nothing is submitted. The node checks again, authoritatively.
+pub fn on_submit(request: ByteSize, policy: &Policy, who: &Identity) -> Result<SubmitVerdict, String> {
+    let config = match policy {
+        Ok(config) => config,
+        Err(unusable) => {
+            return match unusable.mode {
+                OnConfigError::FailOpen => Ok(SubmitVerdict {
+                    warning: Some(format!("{}; submitting without a policy check", broken(unusable))),
+                }),
+                OnConfigError::FailClosed => Err(format!(
+                    "{}; jobs are refused until it is fixed",
+                    broken(unusable)
+                )),
+            };
+        }
+    };
+    match quota::resolve(config, who, Some(request), None) {
+        Ok(_) => Ok(SubmitVerdict { warning: None }),
+        Err(refusal) => Err(refusal.to_string()),
+    }
+}
+
+/// What a job step gets on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeVerdict {
+    /// The quota per GPU to put in the environment; `None` leaves the environment untouched.
+    pub quota: Option<ByteSize>,
+    /// One line for the log saying what was decided and why.
+    pub note: String,
+    /// Something an admin must see (logged as an error), the job runs anyway.
+    pub alarm: Option<String>,
+}
+
+/// Decides a step on the node. `request` is the raw option value (from the job environment, so
+/// untrusted); `gpu_total` the node's GPU size if known. `Err` refuses the step's tasks.
+pub fn on_node(
+    request: Option<&str>,
+    policy: &Policy,
+    who: &Identity,
+    gpu_total: Option<ByteSize>,
+) -> Result<NodeVerdict, String> {
+    let request = match request {
+        Some(value) => Some(
+            request::parse_quota_option(value)
+                .map_err(|e| format!("{e} (value from the job environment)"))?,
+        ),
+        None => None,
+    };
+    let config = match policy {
+        Ok(config) => config,
+        Err(unusable) => {
+            return match unusable.mode {
+                OnConfigError::FailOpen => Ok(NodeVerdict {
+                    quota: request,
+                    note: match request {
+                        Some(q) => format!("quota {q} per GPU as requested, unchecked"),
+                        None => "no quota".to_string(),
+                    },
+                    alarm: Some(format!("{}; this job runs unmonitored", broken(unusable))),
+                }),
+                OnConfigError::FailClosed => Err(format!(
+                    "{}; jobs are refused until it is fixed",
+                    broken(unusable)
+                )),
+            };
+        }
+    };
+    let effective = quota::resolve(config, who, request, gpu_total).map_err(|refusal| refusal.to_string())?;
+    let source = match &effective.quota_from {
+        QuotaFrom::Request => "requested".to_string(),
+        QuotaFrom::Default { rule, written } => format!("default {written} of {}", rule.table()),
+        QuotaFrom::DefaultCapped { rule, written } => {
+            format!("default {written} of {}, lowered to the cap", rule.table())
+        }
+        QuotaFrom::NoDefault => "no rule sets a default".to_string(),
+    };
+    let cap = match &effective.cap {
+        Some(cap) => format!("; cap {} for {}", cap.size, cap.rule),
+        None => String::new(),
+    };
+    let unchecked: Vec<String> = effective.unchecked.iter().map(|u| u.to_string()).collect();
+    let alarm =
+        (!unchecked.is_empty()).then(|| format!("not everything could be checked: {}", unchecked.join("; ")));
+    let note = match effective.quota {
+        Some(q) => format!("quota {q} per GPU ({source}{cap})"),
+        None if effective.is_final() => format!("no quota, monitored only ({source})"),
+        None => format!("no quota ({source})"),
+    };
+    Ok(NodeVerdict {
+        quota: effective.quota,
+        note,
+        alarm,
+    })
+}
+
+fn broken(unusable: &Unusable) -> String {
+    let error = unusable.error.to_string().replace('\n', "; ");
+    format!(
+        "the GPU memory policy is unusable ({error}) and on_config_error = {}",
+        unusable.mode
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{parse, LoadError};
+    use std::path::PathBuf;
+
+    const POLICY: &str = r#"
+        [defaults]
+        default = "50%"
+        max = "64G"
+        [account.physics]
+        max = "40G"
+        [user.gmq-user]
+        max = "30G"
+        [qos.monitor]
+        default = "none"
+    "#;
+
+    fn policy() -> Policy {
+        Ok(parse(POLICY, "test.toml").unwrap())
+    }
+
+    fn broken_policy(mode: OnConfigError) -> Policy {
+        Err(Unusable {
+            mode,
+            error: LoadError::Missing {
+                path: PathBuf::from("/etc/slurm/gpu-mem-quota.toml"),
+            },
+        })
+    }
+
+    fn who(user: &str, account: &str) -> Identity {
+        Identity {
+            user: Some(user.into()),
+            account: Some(account.into()),
+            partition: Some("gpu".into()),
+            qos: Some("normal".into()),
+        }
+    }
+
+    fn size(text: &str) -> ByteSize {
+        crate::size::parse_size(text).unwrap()
+    }
+
+    #[test]
+    fn submit_refuses_above_a_known_cap() {
+        let user_only = Identity {
+            user: Some("gmq-user".into()),
+            ..Identity::default()
+        };
+        assert_eq!(
+            on_submit(size("35G"), &policy(), &user_only),
+            Err("--gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'".to_string())
+        );
+        assert_eq!(
+            on_submit(size("30G"), &policy(), &user_only),
+            Ok(SubmitVerdict { warning: None })
+        );
+        // The account is not known on the submit host and account rules set caps: the node decides.
+        let other = Identity {
+            user: Some("alice".into()),
+            ..Identity::default()
+        };
+        assert!(on_submit(size("50G"), &policy(), &other).is_ok());
+        assert!(on_node(Some("50G"), &policy(), &who("alice", "physics"), None).is_err());
+    }
+
+    #[test]
+    fn node_applies_the_most_specific_cap() {
+        let verdict = on_node(Some("40G"), &policy(), &who("alice", "physics"), None).unwrap();
+        assert_eq!(verdict.quota, Some(size("40G")));
+        assert_eq!(
+            verdict.note,
+            "quota 40G per GPU (requested; cap 40G for account 'physics')"
+        );
+        assert_eq!(
+            on_node(Some("41G"), &policy(), &who("alice", "physics"), None),
+            Err("--gpu-mem-quota=41G exceeds the 40G cap for account 'physics'".to_string())
+        );
+        assert_eq!(
+            on_node(Some("35G"), &policy(), &who("gmq-user", "physics"), None).unwrap_err(),
+            "--gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'"
+        );
+    }
+
+    #[test]
+    fn node_gives_the_default_resolved_against_the_gpu() {
+        let verdict = on_node(None, &policy(), &who("alice", "chemistry"), Some(size("80G"))).unwrap();
+        assert_eq!(verdict.quota, Some(size("40G")));
+        assert_eq!(verdict.alarm, None);
+        // A default above the cap is lowered to it.
+        let verdict = on_node(None, &policy(), &who("gmq-user", "chemistry"), Some(size("80G"))).unwrap();
+        assert_eq!(verdict.quota, Some(size("30G")));
+        let mut monitor = who("alice", "chemistry");
+        monitor.qos = Some("monitor".into());
+        let verdict = on_node(None, &policy(), &monitor, Some(size("80G"))).unwrap();
+        assert_eq!(verdict.quota, None);
+    }
+
+    #[test]
+    fn node_refuses_a_forged_value() {
+        let e = on_node(Some("banana"), &policy(), &who("alice", "physics"), None).unwrap_err();
+        assert!(
+            e.starts_with("invalid --gpu-mem-quota 'banana': not a size"),
+            "{e}"
+        );
+        assert!(e.ends_with("(value from the job environment)"), "{e}");
+    }
+
+    #[test]
+    fn a_broken_policy_fails_open_or_closed_as_configured() {
+        let open = on_node(
+            Some("40G"),
+            &broken_policy(OnConfigError::FailOpen),
+            &who("a", "b"),
+            None,
+        )
+        .unwrap();
+        assert_eq!(open.quota, Some(size("40G")));
+        let alarm = open.alarm.unwrap();
+        assert!(
+            alarm.contains("no such file") && alarm.contains("fail-open") && alarm.contains("unmonitored")
+        );
+        let closed = on_node(
+            None,
+            &broken_policy(OnConfigError::FailClosed),
+            &who("a", "b"),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            closed.contains("fail-closed") && closed.contains("refused until it is fixed"),
+            "{closed}"
+        );
+        let who = Identity::default();
+        assert!(
+            on_submit(size("1G"), &broken_policy(OnConfigError::FailOpen), &who)
+                .unwrap()
+                .warning
+                .is_some()
+        );
+        assert!(on_submit(size("1G"), &broken_policy(OnConfigError::FailClosed), &who).is_err());
+    }
+}
