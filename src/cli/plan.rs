@@ -192,7 +192,7 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
     }
     let value: f64 = number.parse().map_err(|_| bad())?;
     let count = (value * scale).round();
-    if !count.is_finite() || count < 1.0 || count > 1e15 {
+    if !(1.0..=1e15).contains(&count) {
         return Err(bad());
     }
     Ok(count as u64)
@@ -270,7 +270,8 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
     let sharding = match (number(p, "zero")?, p.flag("fsdp")) {
         (Some(_), true) => return Err("--zero and --fsdp: choose one way of sharding".into()),
         (Some(0), false) | (None, false) => Sharding::None,
-        (Some(stage), false) => Sharding::Zero(u8::try_from(stage).unwrap_or(u8::MAX)),
+        (Some(stage @ 1..=3), false) => Sharding::Zero(stage as u8),
+        (Some(stage), false) => return Err(format!("--zero {stage} is not a ZeRO stage; use 0, 1, 2 or 3")),
         (None, true) => Sharding::Fsdp,
     };
     let default_framework = if matches!(sharding, Sharding::Zero(_)) {

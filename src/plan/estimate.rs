@@ -61,7 +61,7 @@ fn stage_breakdown(job: &Job, prof: &Profile, stage: Stage) -> Breakdown {
     terms.extend(overheads::buffers(job, &here, prof));
     terms.extend(overheads::step(job, &here, prof));
     terms.extend(overheads::device(job));
-    total(terms, overheads::fragmentation(job), stage.name(), notes)
+    total(terms, overheads::FRAGMENTATION, stage.name(), notes)
 }
 
 /// Stored activations, the recompute working set, and the logits/loss buffers of one stage.
@@ -84,8 +84,9 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
             "full recomputation: layer inputs only",
         ),
     };
-    // 1F1B keeps p - i micro-batches in flight on stage i (Narayanan et al. 2021; Korthikanti sec. 4.2.3).
-    let in_flight = (stage.count - stage.index) as f64;
+    // 1F1B keeps p - i micro-batches in flight on stage i (Narayanan et al. 2021; Korthikanti
+    // sec. 4.2.3), but never more than the micro-batches of a step (the gradient accumulation).
+    let in_flight = (stage.count - stage.index).min(job.grad_accum) as f64;
     let mut out = vec![Term::new(
         "activations",
         format!(

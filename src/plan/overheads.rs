@@ -8,7 +8,6 @@ use super::job::{Finetune, Framework, Job, Offload, Optimizer, Precision, Shardi
 use super::placement::Local;
 use super::states::{grad_bytes, master_bytes, state_bytes, weight_bytes, NF4_BYTES};
 
-const GIB: f64 = (1u64 << 30) as f64;
 const MIB: f64 = (1u64 << 20) as f64;
 
 /// NCCL's device buffers per communicator this process joins (data-, tensor- and pipeline-parallel
@@ -27,11 +26,6 @@ pub const FRAGMENTATION: f64 = 0.25;
 /// rate limiter). The allocator ends up reserving this many extra copies of those buffers.
 /// Calibrated on torchtitan's FSDP measurements (docs/PLAN.md, "Fragmentation").
 pub const STREAM_POOL_COPIES: f64 = 3.0;
-
-/// The fragmentation share for this job.
-pub fn fragmentation(_job: &Job) -> f64 {
-    FRAGMENTATION
-}
 
 /// Terms outside the allocator: the CUDA context and NCCL.
 pub fn device(job: &Job) -> Vec<Term> {
@@ -90,7 +84,9 @@ pub fn buffers(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
             ));
         }
         Sharding::Zero(3) => {
-            let unit = local.layer.max(local.root);
+            // Modules are gathered one at a time, the next one prefetched; the embedding and the
+            // output projection are modules of their own.
+            let unit = local.layer.max(local.largest_table);
             out.push(Term::new(
                 "gathered_params",
                 "ZeRO-3: current and prefetched unit, unsharded",
@@ -243,9 +239,4 @@ pub fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
         ));
     }
     out
-}
-
-/// GiB, for labels and reports.
-pub fn gib(bytes: u64) -> f64 {
-    bytes as f64 / GIB
 }

@@ -50,6 +50,8 @@ pub struct Local {
     pub layer: f64,
     /// Embeddings plus the top (final norm, output projection): FSDP's root unit.
     pub root: f64,
+    /// The largest embedding or output table (a ZeRO-3 unit of its own).
+    pub largest_table: f64,
     /// The largest single linear weight of a layer (QLoRA dequantises one at a time).
     pub largest_linear: f64,
     /// The largest trainable tensor (per-parameter optimizer loops allocate temporaries this big).
@@ -145,6 +147,9 @@ fn shaped(shape: &ModelShape, finetune: Finetune, stage: Stage, tp: f64) -> Loca
         }
         let is_head_table = matches!(t.kind, Kind::Table { .. })
             && (t.place == Place::Top || (shape.tied_embeddings && stage.last()));
+        if let Kind::Table { .. } = t.kind {
+            out.largest_table = out.largest_table.max(per_rank);
+        }
         if let Kind::Linear { .. } = t.kind {
             out.linear += total;
             out.largest_linear = out.largest_linear.max(per_rank);

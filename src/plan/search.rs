@@ -148,7 +148,7 @@ const TECHNIQUES: &[Technique] = &[
     },
     Technique {
         name: "ZeRO-3 / FSDP (shard parameters)",
-        cost: "moderate: 1.5x data-parallel communication (ZeRO sec. 7.2.2)",
+        cost: "moderate: 1.5x data-parallel communication (ZeRO sec. 7)",
         apply: |job| {
             if job.parallel.dp < 2 || job.sharding.gathers_params() {
                 return None;

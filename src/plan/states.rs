@@ -99,7 +99,6 @@ pub fn terms(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
             String::new()
         }
     };
-    let on_cpu = |what: Offload| job.offload == what || job.offload == Offload::Params;
     let keep = |offloaded: bool| if offloaded { 0.0 } else { 1.0 };
 
     let w = weight_bytes(job.precision);
@@ -107,7 +106,8 @@ pub fn terms(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     let m = master_bytes(job.precision);
     let (opt, opt_label) = optimizer_state(job, local);
     let params_on_cpu = job.offload == Offload::Params;
-    let optimizer_on_cpu = on_cpu(Offload::Optimizer);
+    // Parameter offload moves the optimizer's side too.
+    let optimizer_on_cpu = job.offload != Offload::None;
     let cpu = |offloaded: bool| {
         if offloaded {
             " (offloaded to CPU: 0 on GPU)"
