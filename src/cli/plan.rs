@@ -1,6 +1,7 @@
 //! `gpu-mem-quota plan`: predict a training job's per-GPU memory and fit it to a quota.
 //! Parsing and printing only; the model is `crate::plan`.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use super::args::{parse, Parsed};
@@ -109,7 +110,7 @@ pub fn run(argv: Vec<String>) -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     if parsed.flag("help") {
-        print!("{}", help());
+        let _ = std::io::stdout().lock().write_all(help().as_bytes());
         return ExitCode::SUCCESS;
     }
     if let Some(word) = parsed.positional.first() {
@@ -123,11 +124,13 @@ pub fn run(argv: Vec<String>) -> ExitCode {
         Ok(p) => p,
         Err(e) => return usage_error(&e.to_string()),
     };
-    if parsed.flag("json") {
-        println!("{}", report::json(&plan));
+    let output = if parsed.flag("json") {
+        report::json(&plan) + "\n"
     } else {
-        print!("{}", report::text(&plan));
-    }
+        report::text(&plan)
+    };
+    // A reader that stops early (`| head`) closes the pipe: that is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(output.as_bytes());
     match quota {
         Some(q) if plan.estimate.peak() > q => ExitCode::from(1),
         _ => ExitCode::SUCCESS,

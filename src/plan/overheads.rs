@@ -23,7 +23,8 @@ pub const FRAGMENTATION: f64 = 0.25;
 /// Parameters gathered and gradients reduce-scattered on separate CUDA streams live in pools of
 /// their own: a block freed by one stream is not reused by another until the streams synchronise
 /// (PyTorch CUDA semantics, `record_stream`; Zhao et al. 2023, "PyTorch FSDP", sec. 4.4 on the
-/// rate limiter). The allocator ends up reserving this many extra copies of those buffers.
+/// rate limiter). The allocator ends up reserving this many extra copies of the per-layer buffers
+/// that are gathered and freed layer after layer (not of the root unit, gathered once).
 /// Calibrated on torchtitan's FSDP measurements (docs/PLAN.md, "Fragmentation").
 pub const STREAM_POOL_COPIES: f64 = 3.0;
 
@@ -69,11 +70,18 @@ pub fn buffers(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     match job.sharding {
         Sharding::Fsdp => {
             out.push(Term::new(
-                "gathered_params",
-                "FSDP: root unit (embeddings, head) + current and prefetched layer, unsharded",
-                (local.root + 2.0 * local.layer) * base,
+                "gathered_root",
+                "FSDP: root unit (embeddings, final norm, head), unsharded through the step",
+                local.root * base,
                 Phase::Forward,
-                "PyTorch FSDP docs: root unit stays unsharded; backward prefetch of one unit",
+                "PyTorch FSDP docs: the root unit is not resharded after forward",
+            ));
+            out.push(Term::new(
+                "gathered_params",
+                "FSDP: current and prefetched layer, unsharded",
+                2.0 * local.layer * base,
+                Phase::Forward,
+                "PyTorch FSDP docs: backward_prefetch gathers the next unit early",
             ));
             out.push(Term::new(
                 "grad_buckets",
@@ -105,7 +113,7 @@ pub fn buffers(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     if stream_buffers > 0.0 {
         out.push(Term::new(
             "stream_pools",
-            format!("communication-stream pools ({STREAM_POOL_COPIES:.0} x the unsharded buffers)"),
+            format!("communication-stream pools ({STREAM_POOL_COPIES:.0} x the per-layer unsharded buffers)"),
             STREAM_POOL_COPIES * stream_buffers,
             Phase::Fragmentation,
             "PyTorch CUDA semantics (record_stream); Zhao et al. 2023 (PyTorch FSDP), sec. 4.4",
