@@ -132,10 +132,13 @@ pub fn terms(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
         out.push(Term::new(
             "frozen_params",
             format!(
-                "frozen base: {} x {w} B + {} x {:.3} B (NF4){}{}",
+                "frozen base: {} x {w} B{}{}{}",
                 count(local.frozen),
-                count(local.frozen_nf4),
-                NF4_BYTES,
+                if local.frozen_nf4 > 0.0 {
+                    format!(" + {} x {NF4_BYTES:.3} B (NF4)", count(local.frozen_nf4))
+                } else {
+                    String::new()
+                },
                 sharded(3),
                 cpu(params_on_cpu)
             ),
