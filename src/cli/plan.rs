@@ -1,7 +1,417 @@
-//! Placeholder: built by its issue.
+//! `gpu-mem-quota plan`: predict a training job's per-GPU memory and fit it to a quota.
+//! Parsing and printing only; the model is `crate::plan`.
+
+use std::io::Write;
 use std::process::ExitCode;
 
-pub fn run(_argv: Vec<String>) -> ExitCode {
-    eprintln!("gpu-mem-quota: not built yet");
+use super::args::{parse, Parsed};
+use crate::plan::framework::StepKernel;
+use crate::plan::presets;
+use crate::plan::report;
+use crate::plan::shape::{custom, Head, ModelShape};
+use crate::plan::{
+    plan, Checkpointing, Finetune, Framework, Job, LoraTargets, Model, Offload, Optimizer, Parallel,
+    Precision, Sharding, DEFAULT_CUDA_CONTEXT,
+};
+use crate::size::parse_size;
+
+const VALUE_KEYS: &[&str] = &[
+    "model",
+    "params",
+    "layers",
+    "hidden",
+    "heads",
+    "kv-heads",
+    "ffn",
+    "vocab",
+    "head",
+    "precision",
+    "optimizer",
+    "optimizer-impl",
+    "zero",
+    "dp",
+    "tp",
+    "pp",
+    "micro-batch",
+    "seq",
+    "grad-accum",
+    "checkpointing",
+    "lora-rank",
+    "lora-targets",
+    "framework",
+    "offload",
+    "quota",
+    "cuda-context",
+];
+const FLAG_KEYS: &[&str] = &["sp", "fsdp", "flash", "no-flash", "qlora", "json", "help"];
+
+fn help() -> String {
+    let names = match presets::all() {
+        Ok(all) => all.iter().map(|p| p.name.clone()).collect::<Vec<_>>().join(", "),
+        Err(e) => e,
+    };
+    format!(
+        "Usage: gpu-mem-quota plan (--model NAME | --params N | --layers N --hidden N --heads N --vocab N) [options]
+
+Predicts the peak GPU memory per GPU of a training job from its shape, and against --quota finds
+the largest micro-batch that fits and the cheapest techniques that make the job fit.
+The model and every term's source: docs/PLAN.md.
+
+Model
+  --model NAME          a preset: {names}
+  --params N            parameter count only (7.5B, 350M, 6.74e9): model states, no activations
+  --layers N --hidden N --heads N --vocab N
+                        a custom Llama-style shape, or overrides of a preset's dimensions
+  --kv-heads N          key/value heads (grouped-query attention); default: --heads
+  --ffn N               MLP width; default: 4 x --hidden (custom shapes)
+  --head lm|none        output head: vocabulary logits (default) or a small task head
+
+Training
+  --precision P         fp32 | amp (autocast, fp32 weights) | mixed (16-bit weights, fp32 master;
+                        default) | bf16 (pure bf16) | fp8 (Transformer Engine GEMMs)
+  --optimizer O         adamw (default) | adam8bit | sgd | sgd-momentum | adafactor
+  --optimizer-impl I    loop | foreach | fused; default: the framework's (pytorch: foreach)
+  --micro-batch N       samples per GPU per forward pass (default 1)
+  --seq N               sequence length in tokens (default 2048)
+  --grad-accum N        gradient accumulation steps (default 1)
+  --checkpointing C     none (default) | selective | full activation recomputation
+  --flash, --no-flash   fused attention that stores no score matrix (default: on)
+  --lora-rank R         LoRA adapters of rank R on a frozen base
+  --lora-targets T      qv | attn | all (default all linear layers)
+  --qlora               QLoRA: the frozen base's linear weights in 4-bit NF4 (needs --lora-rank)
+
+Parallelism (GPUs = dp x tp x pp)
+  --dp N --tp N --pp N  data, tensor and pipeline parallel sizes (default 1)
+  --sp                  Megatron sequence parallelism (needs --tp > 1)
+  --zero S              ZeRO stage 0-3 (DeepSpeed; Megatron's distributed optimizer is 1)
+  --fsdp                PyTorch FSDP FULL_SHARD
+  --offload W           optimizer (ZeRO-Offload) | params (ZeRO-3/FSDP parameter offload)
+  --framework F         pytorch (HF Transformers/Trainer, torchtitan, torchtune) | deepspeed |
+                        megatron; default: deepspeed with --zero, otherwise pytorch
+
+Environment
+  --quota SIZE          GPU memory per GPU to fit in, Slurm syntax (40G, 81920M)
+  --cuda-context SIZE   per-process CUDA context (default 500M)
+  --json                print the same numbers as JSON
+
+Exit status: 0 when the job fits the quota (or no quota is given), 1 when it does not, 2 on a
+usage error.
+
+Example:
+  gpu-mem-quota plan --model llama-2-7b --zero 3 --dp 8 --micro-batch 4 --seq 2048 --quota 40G
+"
+    )
+}
+
+/// Runs the command; see `help()`.
+pub fn run(argv: Vec<String>) -> ExitCode {
+    let parsed = match parse(&argv, VALUE_KEYS, FLAG_KEYS) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    if parsed.flag("help") {
+        let _ = std::io::stdout().lock().write_all(help().as_bytes());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(word) = parsed.positional.first() {
+        return usage_error(&format!("unexpected argument '{word}'"));
+    }
+    let (job, quota) = match job_from(&parsed) {
+        Ok(x) => x,
+        Err(e) => return usage_error(&e),
+    };
+    let plan = match plan(&job, quota) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e.to_string()),
+    };
+    let output = if parsed.flag("json") {
+        report::json(&plan) + "\n"
+    } else {
+        report::text(&plan)
+    };
+    // A reader that stops early (`| head`) closes the pipe: that is not an error worth a panic.
+    let _ = std::io::stdout().lock().write_all(output.as_bytes());
+    match quota {
+        Some(q) if plan.estimate.peak() > q => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("gpu-mem-quota plan: {message}\nRun 'gpu-mem-quota plan --help' for the options.");
     ExitCode::from(2)
+}
+
+/// A whole number for `--flag`.
+fn number(p: &Parsed, key: &str) -> Result<Option<u64>, String> {
+    match p.value(key) {
+        None => Ok(None),
+        Some(text) => text.parse::<u64>().map(Some).map_err(|_| {
+            format!(
+                "invalid --{key} '{}': expected a whole number",
+                text.escape_debug()
+            )
+        }),
+    }
+}
+
+/// One of `choices` (the first element is what the user types) for `--flag`.
+fn choice<T: Copy>(p: &Parsed, key: &str, choices: &[(&str, T)], default: T) -> Result<T, String> {
+    match p.value(key) {
+        None => Ok(default),
+        Some(text) => choices
+            .iter()
+            .find(|(name, _)| name.eq_ignore_ascii_case(text))
+            .map(|(_, value)| *value)
+            .ok_or_else(|| {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "invalid --{key} '{}': use one of {}",
+                    text.escape_debug(),
+                    names.join(", ")
+                )
+            }),
+    }
+}
+
+/// A parameter count: a whole number, a decimal with a K/M/B/T suffix (7.5B), or an exponent (6.74e9).
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "invalid --params '{}': expected a count such as 7.5B, 350M or 6.74e9",
+            text.escape_debug()
+        )
+    };
+    let lower = text.to_ascii_lowercase();
+    let (number, scale) = match lower.char_indices().last() {
+        Some((i, 'k')) => (&lower[..i], 1e3),
+        Some((i, 'm')) => (&lower[..i], 1e6),
+        Some((i, 'b')) => (&lower[..i], 1e9),
+        Some((i, 't')) => (&lower[..i], 1e12),
+        _ => (lower.as_str(), 1.0),
+    };
+    if number.is_empty() || !number.chars().all(|c| c.is_ascii_digit() || c == '.' || c == 'e') {
+        return Err(bad());
+    }
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let count = (value * scale).round();
+    if !(1.0..=1e15).contains(&count) {
+        return Err(bad());
+    }
+    Ok(count as u64)
+}
+
+fn size(p: &Parsed, key: &str) -> Result<Option<u64>, String> {
+    match p.value(key) {
+        None => Ok(None),
+        Some(text) => parse_size(text)
+            .map(|s| Some(s.bytes()))
+            .map_err(|e| format!("invalid --{key} '{}': {e}", text.escape_debug())),
+    }
+}
+
+const SHAPE_KEYS: &[&str] = &["layers", "hidden", "heads", "kv-heads", "ffn", "vocab"];
+
+fn model_from(p: &Parsed) -> Result<Model, String> {
+    let shape_given = SHAPE_KEYS.iter().any(|k| p.value(k).is_some());
+    if let Some(text) = p.value("params") {
+        if p.value("model").is_some() || shape_given {
+            return Err(
+                "--params: give a parameter count or a model shape (--model, --layers ...), not both".into(),
+            );
+        }
+        return Ok(Model::ParamsOnly(parse_count(text)?));
+    }
+    let mut shape: ModelShape = match p.value("model") {
+        Some(name) => presets::find(name).map_err(|e| format!("--model: {e}"))?.shape(),
+        None => {
+            let missing: Vec<String> = ["layers", "hidden", "heads", "vocab"]
+                .iter()
+                .filter(|k| p.value(k).is_none())
+                .map(|k| format!("--{k}"))
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "no model: give --model NAME, --params N, or a shape (missing: {})",
+                    missing.join(", ")
+                ));
+            }
+            custom("custom", 1, 1, 1, 1)
+        }
+    };
+    let preset_mha = shape.kv_heads == shape.heads;
+    if let Some(n) = number(p, "layers")? {
+        shape.layers = n;
+    }
+    if let Some(n) = number(p, "hidden")? {
+        shape.hidden = n;
+        if p.value("model").is_none() {
+            shape.ffn = 4 * n;
+        }
+    }
+    if let Some(n) = number(p, "heads")? {
+        shape.heads = n;
+        if preset_mha {
+            shape.kv_heads = n;
+        }
+    }
+    if let Some(n) = number(p, "kv-heads")? {
+        shape.kv_heads = n;
+    }
+    if let Some(n) = number(p, "ffn")? {
+        shape.ffn = n;
+    }
+    if let Some(n) = number(p, "vocab")? {
+        shape.vocab = n;
+    }
+    shape.head = choice(p, "head", &[("lm", Head::Lm), ("none", Head::None)], Head::Lm)?;
+    Ok(Model::Shaped(shape))
+}
+
+fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
+    let model = model_from(p)?;
+    let sharding = match (number(p, "zero")?, p.flag("fsdp")) {
+        (Some(_), true) => return Err("--zero and --fsdp: choose one way of sharding".into()),
+        (Some(0), false) | (None, false) => Sharding::None,
+        (Some(stage @ 1..=3), false) => Sharding::Zero(stage as u8),
+        (Some(stage), false) => return Err(format!("--zero {stage} is not a ZeRO stage; use 0, 1, 2 or 3")),
+        (None, true) => Sharding::Fsdp,
+    };
+    let default_framework = if matches!(sharding, Sharding::Zero(_)) {
+        Framework::Deepspeed
+    } else {
+        Framework::Pytorch
+    };
+    let framework = choice(
+        p,
+        "framework",
+        &[
+            ("pytorch", Framework::Pytorch),
+            ("deepspeed", Framework::Deepspeed),
+            ("megatron", Framework::Megatron),
+        ],
+        default_framework,
+    )?;
+    let flash = match (p.flag("flash"), p.flag("no-flash")) {
+        (true, true) => return Err("--flash and --no-flash: choose one".into()),
+        (_, no_flash) => !no_flash,
+    };
+    let finetune = match number(p, "lora-rank")? {
+        Some(rank) => Finetune::Lora {
+            rank,
+            targets: choice(
+                p,
+                "lora-targets",
+                &[
+                    ("qv", LoraTargets::QueryValue),
+                    ("attn", LoraTargets::Attention),
+                    ("all", LoraTargets::All),
+                ],
+                LoraTargets::All,
+            )?,
+            quantized: p.flag("qlora"),
+        },
+        None if p.flag("qlora") => return Err("--qlora needs --lora-rank (the adapters' rank)".into()),
+        None if p.value("lora-targets").is_some() => return Err("--lora-targets needs --lora-rank".into()),
+        None => Finetune::Full,
+    };
+    let job = Job {
+        model,
+        precision: choice(
+            p,
+            "precision",
+            &[
+                ("fp32", Precision::Fp32),
+                ("amp", Precision::Amp),
+                ("mixed", Precision::Mixed),
+                ("bf16", Precision::Bf16),
+                ("fp8", Precision::Fp8),
+            ],
+            Precision::Mixed,
+        )?,
+        optimizer: choice(
+            p,
+            "optimizer",
+            &[
+                ("adamw", Optimizer::AdamW),
+                ("adam8bit", Optimizer::Adam8bit),
+                ("sgd", Optimizer::Sgd),
+                ("sgd-momentum", Optimizer::SgdMomentum),
+                ("adafactor", Optimizer::Adafactor),
+            ],
+            Optimizer::AdamW,
+        )?,
+        parallel: Parallel {
+            dp: number(p, "dp")?.unwrap_or(1),
+            tp: number(p, "tp")?.unwrap_or(1),
+            pp: number(p, "pp")?.unwrap_or(1),
+            sp: p.flag("sp"),
+        },
+        sharding,
+        offload: choice(
+            p,
+            "offload",
+            &[
+                ("none", Offload::None),
+                ("optimizer", Offload::Optimizer),
+                ("params", Offload::Params),
+            ],
+            Offload::None,
+        )?,
+        micro_batch: number(p, "micro-batch")?.unwrap_or(1),
+        seq: number(p, "seq")?.unwrap_or(2048),
+        grad_accum: number(p, "grad-accum")?.unwrap_or(1),
+        checkpointing: choice(
+            p,
+            "checkpointing",
+            &[
+                ("none", Checkpointing::None),
+                ("selective", Checkpointing::Selective),
+                ("full", Checkpointing::Full),
+            ],
+            Checkpointing::None,
+        )?,
+        flash,
+        finetune,
+        framework,
+        optimizer_impl: match p.value("optimizer-impl") {
+            None => None,
+            Some(_) => Some(choice(
+                p,
+                "optimizer-impl",
+                &[
+                    ("loop", StepKernel::ForLoop),
+                    ("foreach", StepKernel::Foreach),
+                    ("fused", StepKernel::Fused),
+                ],
+                StepKernel::Foreach,
+            )?),
+        },
+        cuda_context: size(p, "cuda-context")?.unwrap_or(DEFAULT_CUDA_CONTEXT),
+    };
+    Ok((job, size(p, "quota")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        let table: &[(&str, u64)] = &[
+            ("7.5B", 7_500_000_000),
+            ("7.5b", 7_500_000_000),
+            ("350M", 350_000_000),
+            ("6.74e9", 6_740_000_000),
+            ("124439808", 124_439_808),
+            ("1.5T", 1_500_000_000_000),
+            ("2k", 2000),
+        ];
+        for &(text, n) in table {
+            assert_eq!(parse_count(text), Ok(n), "{text}");
+        }
+        for bad in ["", "B", "-7B", "7.5X", "seven", "0", "1e99", "7B5"] {
+            assert!(parse_count(bad).is_err(), "{bad}");
+        }
+    }
 }

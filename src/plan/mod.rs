@@ -1,1 +1,38 @@
-//! Placeholder: the memory planner (issue 6).
+//! The memory planner: predicts a training job's peak GPU memory per GPU from its shape, and fits
+//! it to a quota. Pure: plain structs in, a breakdown out; no I/O.
+//!
+//! - `shape`, `presets`: the model (presets are data, `presets.toml`).
+//! - `job`: the inputs and their validation.
+//! - `framework`: implementation details of PyTorch/Hugging Face, DeepSpeed and Megatron.
+//! - `placement`: which parameters one GPU holds under tensor/pipeline parallelism and LoRA.
+//! - `states`: parameters, gradients, optimizer states per ZeRO stage (Rajbhandari et al. 2020).
+//! - `activations`: per-layer stored activations (Korthikanti et al. 2022).
+//! - `overheads`: buckets, gathered parameters, step temporaries, context, NCCL, fragmentation.
+//! - `breakdown`, `estimate`: terms by phase of the step and the peak they add up to.
+//! - `search`: largest micro-batch, ladder of techniques, values to paste.
+//! - `report`, `json`: text and JSON output.
+//!
+//! docs/PLAN.md documents every term with its source.
+
+pub mod activations;
+pub mod breakdown;
+pub mod estimate;
+pub mod framework;
+pub mod job;
+pub mod json;
+pub mod overheads;
+pub mod placement;
+pub mod presets;
+pub mod report;
+pub mod search;
+pub mod shape;
+pub mod states;
+
+pub use breakdown::{Breakdown, Phase, Term};
+pub use estimate::{estimate, model_states, Estimate};
+pub use job::{
+    validate, Checkpointing, Finetune, Framework, Job, LoraTargets, Model, Offload, Optimizer, Parallel,
+    PlanError, Precision, Sharding, DEFAULT_CUDA_CONTEXT,
+};
+pub use search::{ladder, largest_micro_batch, plan, quota_gib, BatchFit, Paste, Plan, Rung};
+pub use shape::{Head, Mlp, ModelShape, Norm};

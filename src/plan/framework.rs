@@ -1,0 +1,124 @@
+//! The implementation details of each training stack that move memory, as plain constants.
+//! Every field says which code it describes; docs/PLAN.md has the sources.
+
+use super::job::Framework;
+
+/// How the loss is computed from the logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossKernel {
+    /// `cross_entropy(logits.float())`: an fp32 copy of the logits plus the fp32 log-softmax kept
+    /// for backward (Hugging Face `ForCausalLMLoss`, torchtitan).
+    Fp32Upcast,
+    /// Megatron's vocab-parallel cross entropy: one fp32 copy, softmax computed in place.
+    FusedFp32,
+}
+
+/// How the optimizer step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKernel {
+    /// One parameter at a time (`foreach=False`, transformers' old `AdamW`/`adamw_hf`, Adafactor):
+    /// temporaries the size of the largest parameter.
+    ForLoop,
+    /// `torch.optim` `foreach` (the CUDA default): intermediates are whole tensor lists, so AdamW
+    /// holds one extra state-sized buffer (`_foreach_sqrt(exp_avg_sq)`) during the step.
+    Foreach,
+    /// Fused multi-tensor kernels (apex/DeepSpeed FusedAdam, TE): updates in place.
+    Fused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Profile {
+    /// RMSNorm saves an fp32 copy of its input (HF `LlamaRMSNorm`, torchtitan `x.float()`);
+    /// Megatron's fused norms keep the 16-bit input.
+    pub norm_upcast: bool,
+    /// The gated MLP runs as one fused SwiGLU kernel (Megatron `bias_swiglu`): it keeps the
+    /// gate/up output and the down input (6f/h bytes per token per 2-byte element), not the
+    /// eager four tensors (8f/h).
+    pub fused_swiglu: bool,
+    /// Grouped-query attention expands K and V to all heads before attention (`repeat_kv`), so the
+    /// attention kernel saves full-width K and V.
+    pub repeat_kv: bool,
+    /// The attention output is transposed into a new tensor before the output projection
+    /// (`transpose(1, 2).contiguous()`), so a fused-attention kernel's saved output and the
+    /// projection's saved input are two tensors.
+    pub attention_output_copy: bool,
+    /// The softmax of eager attention runs in fp32 and is cast back (HF Llama eager attention).
+    pub softmax_fp32: bool,
+    pub loss: LossKernel,
+    pub step: StepKernel,
+    /// bf16 training keeps fp32 main gradients (Megatron `accumulate_allreduce_grads_in_fp32`).
+    pub fp32_main_grads: bool,
+    /// Plain data parallelism copies gradients into separate all-reduce buckets (PyTorch DDP with
+    /// `gradient_as_bucket_view=False`, its default).
+    pub ddp_bucket_copy: bool,
+    /// DeepSpeed ZeRO bucket sizes, in elements (`reduce_bucket_size`, `allgather_bucket_size`).
+    pub zero_buckets: Option<ZeroBuckets>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ZeroBuckets {
+    pub reduce: u64,
+    pub allgather: u64,
+}
+
+/// DeepSpeed's documented defaults: `reduce_bucket_size` and `allgather_bucket_size` are 5e8.
+pub const DEEPSPEED_BUCKETS: ZeroBuckets = ZeroBuckets {
+    reduce: 500_000_000,
+    allgather: 500_000_000,
+};
+
+pub fn profile(framework: Framework) -> Profile {
+    match framework {
+        Framework::Pytorch => Profile {
+            norm_upcast: true,
+            fused_swiglu: false,
+            repeat_kv: true,
+            attention_output_copy: true,
+            softmax_fp32: true,
+            loss: LossKernel::Fp32Upcast,
+            step: StepKernel::Foreach,
+            fp32_main_grads: false,
+            ddp_bucket_copy: true,
+            zero_buckets: None,
+        },
+        Framework::Deepspeed => Profile {
+            // The model code is Hugging Face's, as under Pytorch; the engine is DeepSpeed's.
+            step: StepKernel::Fused,
+            ddp_bucket_copy: false,
+            zero_buckets: Some(DEEPSPEED_BUCKETS),
+            ..profile(Framework::Pytorch)
+        },
+        Framework::Megatron => Profile {
+            norm_upcast: false,
+            fused_swiglu: true,
+            repeat_kv: false,
+            attention_output_copy: false,
+            softmax_fp32: false,
+            loss: LossKernel::FusedFp32,
+            step: StepKernel::Fused,
+            fp32_main_grads: true,
+            ddp_bucket_copy: false,
+            zero_buckets: None,
+        },
+    }
+}
+
+impl StepKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKernel::ForLoop => "loop",
+            StepKernel::Foreach => "foreach",
+            StepKernel::Fused => "fused",
+        }
+    }
+}
+
+impl Framework {
+    pub fn name(self) -> &'static str {
+        match self {
+            Framework::Pytorch => "pytorch",
+            Framework::Deepspeed => "deepspeed",
+            Framework::Megatron => "megatron",
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! Rendering a plan: a table for people, JSON for programs. Both carry the same numbers.
+
+use super::breakdown::Phase;
+use super::job::{Checkpointing, Finetune, Job, LoraTargets, Offload, Optimizer, Precision, Sharding};
+use super::json::Json;
+use super::search::Plan;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / GIB
+}
+
+pub fn precision_name(p: Precision) -> &'static str {
+    match p {
+        Precision::Fp32 => "fp32",
+        Precision::Amp => "amp",
+        Precision::Mixed => "mixed",
+        Precision::Bf16 => "bf16",
+        Precision::Fp8 => "fp8",
+    }
+}
+
+pub fn optimizer_name(o: Optimizer) -> &'static str {
+    match o {
+        Optimizer::AdamW => "adamw",
+        Optimizer::Adam8bit => "adam8bit",
+        Optimizer::Sgd => "sgd",
+        Optimizer::SgdMomentum => "sgd-momentum",
+        Optimizer::Adafactor => "adafactor",
+    }
+}
+
+pub fn checkpointing_name(c: Checkpointing) -> &'static str {
+    match c {
+        Checkpointing::None => "none",
+        Checkpointing::Selective => "selective",
+        Checkpointing::Full => "full",
+    }
+}
+
+pub fn sharding_name(s: Sharding) -> String {
+    match s {
+        Sharding::None => "none".into(),
+        Sharding::Zero(stage) => format!("zero-{stage}"),
+        Sharding::Fsdp => "fsdp".into(),
+    }
+}
+
+pub fn offload_name(o: Offload) -> &'static str {
+    match o {
+        Offload::None => "none",
+        Offload::Optimizer => "optimizer",
+        Offload::Params => "params",
+    }
+}
+
+pub fn lora_targets_name(t: LoraTargets) -> &'static str {
+    match t {
+        LoraTargets::QueryValue => "qv",
+        LoraTargets::Attention => "attn",
+        LoraTargets::All => "all",
+    }
+}
+
+fn finetune_text(f: Finetune) -> String {
+    match f {
+        Finetune::Full => "full".into(),
+        Finetune::Lora {
+            rank,
+            targets,
+            quantized,
+        } => format!(
+            "{} rank {rank} on {} linears",
+            if quantized { "QLoRA" } else { "LoRA" },
+            lora_targets_name(targets)
+        ),
+    }
+}
+
+fn describe(job: &Job, params: u64) -> String {
+    let p = job.parallel;
+    format!(
+        "{} ({:.2}B parameters) on {} GPU(s): dp {} x tp {} x pp {}{}\n\
+         precision {}, optimizer {}, sharding {}, offload {}, fine-tuning {}, framework {}\n\
+         micro-batch {} x seq {}, gradient accumulation {}, recomputation {}, fused attention {}\n",
+        job.model.name(),
+        params as f64 / 1e9,
+        p.gpus(),
+        p.dp,
+        p.tp,
+        p.pp,
+        if p.sp { " + sequence parallel" } else { "" },
+        precision_name(job.precision),
+        optimizer_name(job.optimizer),
+        sharding_name(job.sharding),
+        offload_name(job.offload),
+        finetune_text(job.finetune),
+        job.framework.name(),
+        job.micro_batch,
+        job.seq,
+        job.grad_accum,
+        checkpointing_name(job.checkpointing),
+        if job.flash { "on" } else { "off" },
+    )
+}
+
+/// The human-readable report.
+pub fn text(plan: &Plan) -> String {
+    let est = &plan.estimate;
+    let b = &est.breakdown;
+    let job = &est.job;
+    let mut out = format!("gpu-mem-quota plan: {}", describe(job, est.params));
+    if job.parallel.pp > 1 {
+        out.push_str(&format!("peak on the {}\n", b.stage));
+    }
+    let width = b
+        .terms
+        .iter()
+        .map(|t| t.label.chars().count())
+        .max()
+        .unwrap_or(10)
+        .max(40);
+    out.push_str(&format!("\n  {:<width$}  {:>9}  {}\n", "term", "GiB", "when"));
+    for t in &b.terms {
+        let value = if t.at_peak {
+            format!("{:9.2}", gib(t.bytes))
+        } else {
+            format!("({:7.2})", gib(t.bytes))
+        };
+        out.push_str(&format!("  {:<width$}  {value}  {}\n", t.label, t.phase.name()));
+    }
+    out.push_str(&format!("  {}\n", "-".repeat(width + 30)));
+    let line =
+        |label: &str, bytes: u64, metric: &str| format!("  {label:<width$}  {:9.2}  {metric}\n", gib(bytes));
+    out.push_str(&line(
+        &format!("allocated peak (during {})", b.peak_phase.name()),
+        b.allocated,
+        "torch.cuda.max_memory_allocated",
+    ));
+    out.push_str(&line(
+        "reserved peak",
+        b.reserved,
+        "torch.cuda.max_memory_reserved",
+    ));
+    out.push_str(&line("peak per GPU", b.peak, "nvidia-smi / NVML"));
+    out.push_str(
+        "  (values in parentheses belong to another phase of the step and are not part of the peak)\n",
+    );
+    for note in &b.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+
+    if let Some(quota) = plan.quota {
+        out.push('\n');
+        if b.peak <= quota {
+            out.push_str(&format!(
+                "quota {:.2} GiB: fits ({:.2} GiB to spare)\n",
+                gib(quota),
+                gib(quota - b.peak)
+            ));
+        } else {
+            out.push_str(&format!(
+                "quota {:.2} GiB: does NOT fit ({:.2} GiB over)\n",
+                gib(quota),
+                gib(b.peak - quota)
+            ));
+        }
+        match plan.largest {
+            Some(fit) => out.push_str(&format!(
+                "largest micro-batch that fits: {} with gradient accumulation {} (effective batch {}), peak {:.2} GiB\n",
+                fit.micro_batch,
+                fit.grad_accum,
+                fit.micro_batch * fit.grad_accum,
+                gib(fit.peak)
+            )),
+            None => out.push_str("no micro-batch fits as configured, not even 1\n"),
+        }
+        if !plan.ladder.is_empty() {
+            out.push_str(&format!(
+                "to fit micro-batch {} instead, add in this order (cheapest first):\n",
+                job.micro_batch
+            ));
+            for (i, rung) in plan.ladder.iter().enumerate() {
+                out.push_str(&format!(
+                    "  {}. {:<26} {:<45} peak {:6.2} GiB{}\n     cost: {}\n",
+                    i + 1,
+                    rung.flag,
+                    rung.technique,
+                    gib(rung.peak),
+                    if rung.fits { "  fits" } else { "" },
+                    rung.cost
+                ));
+            }
+            if !plan.ladder.last().is_some_and(|r| r.fits) {
+                out.push_str(
+                    "  even with all of these it does not fit: more GPUs, a larger quota, or LoRA/QLoRA\n",
+                );
+            }
+        }
+    }
+    match plan.paste {
+        Some(p) => out.push_str(&format!(
+            "\nready to paste:\n  --gpu-mem-quota={}G --gpu-mem-batch={}x{}\n",
+            p.quota_gib, p.micro_batch, p.grad_accum
+        )),
+        None => out.push_str("\nnothing to paste: no setting fits the quota\n"),
+    }
+    let mut sources: Vec<&str> = b.terms.iter().map(|t| t.source).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    out.push_str("\nsources (details in docs/PLAN.md):\n");
+    for s in sources {
+        out.push_str(&format!("  - {s}\n"));
+    }
+    out
+}
+
+fn phase_json(p: Phase) -> Json {
+    Json::str(p.name())
+}
+
+/// The same numbers as JSON.
+pub fn json(plan: &Plan) -> String {
+    let est = &plan.estimate;
+    let b = &est.breakdown;
+    let job = &est.job;
+    let p = job.parallel;
+    let config = Json::Obj(vec![
+        ("model", Json::str(job.model.name())),
+        ("params", Json::Int(est.params)),
+        ("precision", Json::str(precision_name(job.precision))),
+        ("optimizer", Json::str(optimizer_name(job.optimizer))),
+        ("sharding", Json::str(sharding_name(job.sharding))),
+        ("offload", Json::str(offload_name(job.offload))),
+        ("dp", Json::Int(p.dp)),
+        ("tp", Json::Int(p.tp)),
+        ("pp", Json::Int(p.pp)),
+        ("sp", Json::Bool(p.sp)),
+        ("gpus", Json::Int(p.gpus())),
+        ("micro_batch", Json::Int(job.micro_batch)),
+        ("seq", Json::Int(job.seq)),
+        ("grad_accum", Json::Int(job.grad_accum)),
+        ("checkpointing", Json::str(checkpointing_name(job.checkpointing))),
+        ("flash", Json::Bool(job.flash)),
+        ("finetune", Json::str(finetune_text(job.finetune))),
+        ("framework", Json::str(job.framework.name())),
+    ]);
+    let terms = b
+        .terms
+        .iter()
+        .map(|t| {
+            Json::Obj(vec![
+                ("name", Json::str(t.key)),
+                ("label", Json::str(t.label.clone())),
+                ("bytes", Json::Int(t.bytes)),
+                ("gib", Json::Num(gib(t.bytes))),
+                ("phase", phase_json(t.phase)),
+                ("at_peak", Json::Bool(t.at_peak)),
+                ("source", Json::str(t.source)),
+            ])
+        })
+        .collect();
+    let largest = match plan.largest {
+        Some(fit) => Json::Obj(vec![
+            ("micro_batch", Json::Int(fit.micro_batch)),
+            ("grad_accum", Json::Int(fit.grad_accum)),
+            ("peak_bytes", Json::Int(fit.peak)),
+            ("peak_gib", Json::Num(gib(fit.peak))),
+        ]),
+        None => Json::Null,
+    };
+    let ladder = plan
+        .ladder
+        .iter()
+        .map(|r| {
+            Json::Obj(vec![
+                ("technique", Json::str(r.technique)),
+                ("flag", Json::str(r.flag.clone())),
+                ("cost", Json::str(r.cost)),
+                ("peak_bytes", Json::Int(r.peak)),
+                ("peak_gib", Json::Num(gib(r.peak))),
+                ("fits", Json::Bool(r.fits)),
+            ])
+        })
+        .collect();
+    let paste = match plan.paste {
+        Some(p) => Json::Obj(vec![
+            (
+                "gpu_mem_quota",
+                Json::str(format!("--gpu-mem-quota={}G", p.quota_gib)),
+            ),
+            (
+                "gpu_mem_batch",
+                Json::str(format!("--gpu-mem-batch={}x{}", p.micro_batch, p.grad_accum)),
+            ),
+        ]),
+        None => Json::Null,
+    };
+    Json::Obj(vec![
+        ("config", config),
+        ("stage", Json::str(b.stage.clone())),
+        ("terms", Json::Arr(terms)),
+        ("peak_phase", phase_json(b.peak_phase)),
+        ("allocated_bytes", Json::Int(b.allocated)),
+        ("reserved_bytes", Json::Int(b.reserved)),
+        ("peak_bytes", Json::Int(b.peak)),
+        ("peak_gib", Json::Num(gib(b.peak))),
+        ("quota_bytes", plan.quota.map_or(Json::Null, Json::Int)),
+        ("fits", plan.quota.map_or(Json::Null, |q| Json::Bool(b.peak <= q))),
+        ("largest_micro_batch", largest),
+        ("ladder", Json::Arr(ladder)),
+        ("paste", paste),
+        (
+            "notes",
+            Json::Arr(b.notes.iter().map(|n| Json::str(n.clone())).collect()),
+        ),
+    ])
+    .render()
+}
