@@ -6,6 +6,8 @@ use crate::size::ByteSize;
 pub const QUOTA_BYTES: &str = "GPU_MEM_QUOTA_BYTES";
 /// The same quota in Slurm's normalised form (`40G`).
 pub const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
+/// Where the job's watchdog writes its status (JSON, see `watchdog::status`), readable by the job.
+pub const STATUS_FILE: &str = "GPU_MEM_QUOTA_STATUS_FILE";
 
 /// The variables that tell a job its quota.
 pub fn quota_vars(quota: ByteSize) -> Vec<(&'static str, String)> {

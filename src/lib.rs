@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod hints;
 pub mod job_env;
+pub mod json;
 pub mod metrics;
 pub mod passwd;
 pub mod plan;
@@ -18,8 +19,10 @@ pub mod predict;
 pub mod quota;
 pub mod record;
 pub mod request;
+pub mod runtime;
 pub mod size;
 pub mod textfile;
+pub mod watchdog;
 
 #[cfg(feature = "spank")]
 pub mod spank;

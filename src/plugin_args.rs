@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use crate::config::values::{parse_on_config_error, OnConfigError};
 
 pub const DEFAULT_CONFIG: &str = "/etc/slurm/gpu-mem-quota.toml";
+pub const DEFAULT_WATCHDOG: &str = "/usr/local/sbin/gpu-mem-quota";
 
 /// Every key the plugstack line accepts, with what it means (for error messages and docs).
 pub const KEYS: &[(&str, &str)] = &[
@@ -28,6 +29,8 @@ pub struct PluginArgs {
     pub config: PathBuf,
     /// What to do when the policy is missing, or too broken to say itself.
     pub on_config_error: OnConfigError,
+    /// The companion binary, started as `watchdog` once per job per node.
+    pub watchdog: PathBuf,
 }
 
 impl Default for PluginArgs {
@@ -35,6 +38,7 @@ impl Default for PluginArgs {
         PluginArgs {
             config: PathBuf::from(DEFAULT_CONFIG),
             on_config_error: OnConfigError::FailOpen,
+            watchdog: PathBuf::from(DEFAULT_WATCHDOG),
         }
     }
 }
@@ -97,11 +101,16 @@ pub fn parse_plugin_args<S: AsRef<str>>(words: &[S]) -> Result<PluginArgs, ArgEr
             why,
         };
         match known {
-            "config" => {
+            "config" | "watchdog" => {
                 if !value.starts_with('/') {
                     return Err(bad("must be an absolute path".into()));
                 }
-                args.config = PathBuf::from(value);
+                let path = PathBuf::from(value);
+                if known == "config" {
+                    args.config = path;
+                } else {
+                    args.watchdog = path;
+                }
             }
             "on_config_error" => {
                 args.on_config_error = parse_on_config_error(value)
@@ -169,7 +178,7 @@ mod tests {
         let e = parse_plugin_args(&["conifg=/x"]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown plugstack argument 'conifg' (known keys: config, on_config_error)"
+            "unknown plugstack argument 'conifg' (known keys: config, on_config_error, watchdog)"
         );
     }
 

@@ -4,6 +4,7 @@
 pub mod args;
 mod check_config;
 mod plan;
+mod watchdog;
 
 use std::process::ExitCode;
 

@@ -19,7 +19,6 @@ pub mod breakdown;
 pub mod estimate;
 pub mod framework;
 pub mod job;
-pub mod json;
 pub mod overheads;
 pub mod placement;
 pub mod presets;

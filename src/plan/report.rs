@@ -2,7 +2,7 @@
 
 use super::breakdown::Phase;
 use super::job::{Checkpointing, Finetune, Job, LoraTargets, Offload, Optimizer, Precision, Sharding};
-use super::json::Json;
+use crate::json::Json;
 use super::search::Plan;
 
 const GIB: f64 = (1u64 << 30) as f64;

@@ -97,6 +97,24 @@ pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *m
     })
 }
 
+/// slurmstepd (root), after a task is forked: make sure the job has its watchdog here.
+#[no_mangle]
+pub extern "C" fn slurm_spank_task_post_fork(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("task_post_fork", sp, ac, av, |spank| match spank.context() {
+        Context::Remote => remote::task_post_fork(spank),
+        _ => Ok(()),
+    })
+}
+
+/// The end of a step (every context calls it): in slurmstepd, stop the watchdog when the job ends here.
+#[no_mangle]
+pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run("exit", sp, ac, av, |spank| match spank.context() {
+        Context::Remote => remote::exit(spank),
+        _ => Ok(()),
+    })
+}
+
 /// slurmstepd's task child, as the user, just before exec: apply the step's decision.
 /// Failing here ends the task with exit code 1 (the job fails, the user sees why). Failing earlier, in
 /// user_init, would make slurmd report "could not execve job" and drain the node: a forged value must

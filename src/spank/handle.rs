@@ -163,6 +163,36 @@ impl Spank {
         Ok(uid)
     }
 
+    /// The job owner's primary gid (remote context).
+    pub fn job_gid(&self) -> Result<u32, SpankError> {
+        let mut gid: libc::gid_t = 0;
+        // SAFETY: S_JOB_GID takes one `gid_t *`.
+        check("spank_get_item(S_JOB_GID)", unsafe {
+            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_GID, &mut gid as *mut libc::gid_t)
+        })?;
+        Ok(gid)
+    }
+
+    /// The step id (remote context): a number, or Slurm's special ids for the batch and extern steps.
+    pub fn step_id(&self) -> Result<u32, SpankError> {
+        let mut id: u32 = 0;
+        // SAFETY: S_JOB_STEPID takes one `uint32_t *`.
+        check("spank_get_item(S_JOB_STEPID)", unsafe {
+            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_STEPID, &mut id as *mut u32)
+        })?;
+        Ok(id)
+    }
+
+    /// The local task id of the task being forked/exited (task hooks in the remote context).
+    pub fn task_id(&self) -> Result<i32, SpankError> {
+        let mut id: c_int = 0;
+        // SAFETY: S_TASK_ID takes one `int *`.
+        check("spank_get_item(S_TASK_ID)", unsafe {
+            sys::spank_get_item(self.raw, sys::spank_item::S_TASK_ID, &mut id as *mut c_int)
+        })?;
+        Ok(id)
+    }
+
     /// The job id (remote and local contexts).
     pub fn job_id(&self) -> Result<u32, SpankError> {
         let mut id: u32 = 0;

@@ -1,13 +1,19 @@
 //! slurmstepd on a compute node.
 //!
-//! `user_init` (once per step, in slurmstepd) decides the step's quota from the option value, the
-//! policy and the job's identity; `task_init` (in each task's child, just before exec) applies it:
-//! writes the environment, or fails the task with the reason. Refusing in `user_init` itself would
-//! make slurmd report "could not execve job" and drain the node, so `user_init` never fails.
+//! - `user_init` (once per step, in slurmstepd): decide the step's quota from the option value, the
+//!   policy and the job's identity. It never fails: a failed `user_init` makes slurmd report
+//!   "could not execve job" and drain the node.
+//! - `task_post_fork` (slurmstepd, root, after the first task is forked): make sure the job has its
+//!   watchdog on this node (one per job per node, whatever the number of steps).
+//! - `task_init` (each task's child, as the user, just before exec): apply the decision: write the
+//!   environment, or fail the task (exit code 1) with the reason.
+//! - `exit` of the extern step (the job ends on this node; with `PrologFlags=Contain`) or of the
+//!   batch step (the batch script ended): stop the watchdog.
 //!
 //! The option value reaches this process through the job's environment, which the user controls:
 //! it is validated again here.
 
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use super::handle::Spank;
@@ -15,16 +21,40 @@ use super::{log, options};
 use crate::admission::{self, NodeVerdict};
 use crate::config;
 use crate::job_env;
-use crate::plugin_args::parse_plugin_args;
+use crate::plugin_args::{parse_plugin_args, PluginArgs};
 use crate::quota::Identity;
+use crate::runtime;
+use crate::watchdog::{gpu, params::Params, spawn};
 
-/// The step's decision, made in `user_init` and inherited by every task child (they are forks).
-static STEP: Mutex<Option<Result<NodeVerdict, String>>> = Mutex::new(None);
+/// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
+const EXTERN_STEP: u32 = 0xffff_fffc;
+const BATCH_STEP: u32 = 0xffff_fffb;
+
+/// What `user_init` decided for this step; every task child inherits it (they are forks).
+#[derive(Clone)]
+struct StepPlan {
+    verdict: Result<NodeVerdict, String>,
+    /// The watchdog to make sure of, when the policy is usable and the job has GPUs here.
+    watch: Option<Watch>,
+}
+
+#[derive(Clone)]
+struct Watch {
+    params: Params,
+    runtime_dir: PathBuf,
+    program: PathBuf,
+}
+
+static STEP: Mutex<Option<StepPlan>> = Mutex::new(None);
+
+fn step_plan() -> Option<StepPlan> {
+    STEP.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+}
 
 pub fn user_init(spank: &Spank) -> Result<(), String> {
     let job = job_label(spank);
-    let verdict = decide(spank);
-    match &verdict {
+    let plan = plan(spank);
+    match &plan.verdict {
         Ok(v) => {
             if let Some(alarm) = &v.alarm {
                 log::error(&format!("job {job}: {alarm}"));
@@ -33,35 +63,123 @@ pub fn user_init(spank: &Spank) -> Result<(), String> {
         }
         Err(refusal) => log::error(&format!("job {job}: refusing the step's tasks: {refusal}")),
     }
-    *STEP.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(verdict);
+    *STEP.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(plan);
+    Ok(())
+}
+
+pub fn task_post_fork(spank: &Spank) -> Result<(), String> {
+    if spank.task_id().unwrap_or(0) != 0 {
+        return Ok(());
+    }
+    let Some(watch) = step_plan().and_then(|p| p.watch) else {
+        return Ok(());
+    };
+    let job = watch.params.job_id;
+    if let Some(running) = runtime::read_pid_file(&watch.runtime_dir, job) {
+        if running.is_alive(std::path::Path::new("/proc")) {
+            return Ok(()); // an earlier step of this job started it
+        }
+    }
+    let env = spawn::clean_environment(std::env::var("SLURM_CONF").ok().as_deref());
+    // A failure to start the watchdog must not fail the job: log it, the job runs unwatched.
+    if let Err(e) = spawn::spawn_detached(&watch.program, &watch.params.to_args(), &env) {
+        log::error(&format!("job {job}: cannot start the watchdog {}: {e}", watch.program.display()));
+    }
     Ok(())
 }
 
 pub fn task_init(spank: &Spank) -> Result<(), String> {
-    let decided = STEP
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone();
     // Should user_init not have run in this process, decide here: the same inputs, the same answer.
-    let verdict = decided.unwrap_or_else(|| decide(spank));
+    let plan = step_plan().unwrap_or_else(|| plan(spank));
     let job = job_label(spank);
-    let verdict = verdict.map_err(|refusal| format!("job {job}: refusing to start the task: {refusal}"))?;
-    if let Some(quota) = verdict.quota {
-        for (name, value) in job_env::quota_vars(quota) {
-            spank
-                .setenv(name, &value)
-                .map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
+    let verdict = plan.verdict.map_err(|refusal| format!("job {job}: refusing to start the task: {refusal}"))?;
+    let mut vars = match verdict.quota {
+        Some(quota) => job_env::quota_vars(quota),
+        None => Vec::new(),
+    };
+    if let Some(watch) = &plan.watch {
+        let status = runtime::status_file(&watch.runtime_dir, watch.params.job_id);
+        vars.push((job_env::STATUS_FILE, status.display().to_string()));
+    }
+    for (name, value) in vars {
+        spank.setenv(name, &value).map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The job is done on this node (extern step) or its batch script is (batch step): stop the watchdog.
+pub fn exit(spank: &Spank) -> Result<(), String> {
+    let step = spank.step_id().map_err(|e| e.to_string())?;
+    if step != EXTERN_STEP && step != BATCH_STEP {
+        return Ok(());
+    }
+    let job = spank.job_id().map_err(|e| e.to_string())?;
+    let args = plugin_args(spank)?;
+    let Ok(policy) = config::load(&args.config) else {
+        return Ok(()); // no usable policy, no watchdog was started
+    };
+    let runtime_dir = policy.enforcement.runtime_dir;
+    match runtime::read_pid_file(&runtime_dir, job) {
+        Some(watchdog) if watchdog.is_alive(std::path::Path::new("/proc")) => {
+            // SAFETY: kill on a pid verified by its start time to be the job's watchdog.
+            unsafe { libc::kill(watchdog.pid as libc::pid_t, libc::SIGTERM) };
+        }
+        // Not running (it died, or never started): its files must not outlive the job.
+        _ => {
+            let _ = runtime::remove_job_dir(&runtime_dir, job);
         }
     }
     Ok(())
 }
 
-fn decide(spank: &Spank) -> Result<NodeVerdict, String> {
-    let args = parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())?;
-    let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
-    let policy = config::load_for_job(&args.config, args.on_config_error);
-    let who = identity(spank)?;
-    admission::on_node(request.as_deref(), &policy, &who, None)
+fn plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
+    parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())
+}
+
+fn plan(spank: &Spank) -> StepPlan {
+    let decided = (|| {
+        let args = plugin_args(spank)?;
+        let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
+        let policy = config::load_for_job(&args.config, args.on_config_error);
+        let who = identity(spank)?;
+        let gpus = job_gpus(spank);
+        // The real GPU size, from the inventory the node's watchdogs keep (no NVML in slurmstepd).
+        let gpu_total = policy.as_ref().ok().and_then(|config| {
+            runtime::gpu_total(&config.enforcement.runtime_dir, gpus.as_deref().unwrap_or(&[]))
+        });
+        let verdict =
+            admission::on_node(request.as_deref(), &policy, &who, gpu_total.map(crate::size::ByteSize::from_bytes))?;
+        let watch = match (&policy, gpus) {
+            (Ok(config), Some(gpus)) => Some(Watch {
+                params: Params {
+                    job_id: spank.job_id().map_err(|e| e.to_string())?,
+                    uid: spank.job_uid().map_err(|e| e.to_string())?,
+                    gid: spank.job_gid().map_err(|e| e.to_string())?,
+                    quota: verdict.quota,
+                    gpus,
+                    config: args.config.clone(),
+                },
+                runtime_dir: config.enforcement.runtime_dir.clone(),
+                program: args.watchdog.clone(),
+            }),
+            _ => None,
+        };
+        Ok((verdict, watch))
+    })();
+    match decided {
+        Ok((verdict, watch)) => StepPlan { verdict: Ok(verdict), watch },
+        Err(refusal) => StepPlan { verdict: Err(refusal), watch: None },
+    }
+}
+
+/// The job's GPUs on this node, as slurmstepd set them in the job's environment; `None`: no GPUs.
+fn job_gpus(spank: &Spank) -> Option<Vec<String>> {
+    ["SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"]
+        .iter()
+        .filter_map(|name| spank.getenv(name).ok().flatten())
+        .find(|value| !value.is_empty() && value != "NoDevFiles")
+        .and_then(|value| gpu::parse_gpu_list(&value).ok())
+        .filter(|list| !list.is_empty())
 }
 
 /// Who runs the job: the user from the job's uid; account, partition and QOS as slurmstepd set them.
@@ -78,8 +196,5 @@ fn identity(spank: &Spank) -> Result<Identity, String> {
 }
 
 fn job_label(spank: &Spank) -> String {
-    spank
-        .job_id()
-        .map(|id| id.to_string())
-        .unwrap_or_else(|_| "?".into())
+    spank.job_id().map(|id| id.to_string()).unwrap_or_else(|_| "?".into())
 }

@@ -154,7 +154,42 @@ pub fn install_policy(text: &str) -> PolicyGuard {
     PolicyGuard
 }
 
+/// The lab's edges (fake NVML, runtime and state directories) put into a policy's `[enforcement]`,
+/// the way slurm/dev-cluster does for the example.
+pub fn lab_policy(text: &str) -> String {
+    let lab = lab();
+    let keys = format!(
+        "nvml_library = \"{}\"\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n",
+        lab.join("lib/libnvidia-ml.so.1").display(),
+        lab.join("gmq/run").display(),
+        lab.join("gmq/state").display()
+    );
+    let mut out = String::new();
+    let mut placed = false;
+    for line in text.lines() {
+        let is_key = |k: &str| line.trim_start().starts_with(k);
+        if !(is_key("nvml_library") || is_key("runtime_dir") || is_key("state_dir")) {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if line.trim() == "[enforcement]" {
+            out.push_str(&keys);
+            placed = true;
+        }
+    }
+    if !placed {
+        out.push_str("\n[enforcement]\n");
+        out.push_str(&keys);
+    }
+    out
+}
+
+pub fn runtime_dir() -> PathBuf {
+    lab().join("gmq/run")
+}
+
 fn write_policy(text: &str) {
+    let text = &lab_policy(text);
     let path = lab().join("etc/gpu-mem-quota.toml");
     let tmp = path.with_extension("toml.tmp");
     std::fs::write(&tmp, text).expect("write policy");

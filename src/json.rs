@@ -1,4 +1,4 @@
-//! A tiny JSON value and writer: enough for the plan's report, no dependency.
+//! A tiny JSON value and writer (plan reports, watchdog status files): no dependency.
 
 use std::fmt::Write;
 

@@ -1,0 +1,28 @@
+//! `gpu-mem-quota watchdog`: started by the plugin as root, once per job per node.
+use std::process::ExitCode;
+
+use crate::watchdog::{daemon, params::Params};
+
+const HELP: &str = "\
+Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]
+
+Watches one job's GPU memory on this node: samples NVML every interval, counts the job's own
+processes only, warns at the warn threshold, and on overuse past the grace period records the event
+in the job's AdminComment and requeues, holds or cancels the job as the policy says.
+The SPANK plugin starts it (as root, detached, with a clean environment) and stops it when the job
+ends on the node; it is not meant to be run by hand except to debug.
+";
+
+pub fn run(argv: Vec<String>) -> ExitCode {
+    if argv.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
+    match Params::from_args(&argv) {
+        Ok(params) => daemon::run(params),
+        Err(e) => {
+            eprintln!("gpu-mem-quota watchdog: {e}\n\n{HELP}");
+            ExitCode::from(2)
+        }
+    }
+}

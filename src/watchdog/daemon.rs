@@ -1,0 +1,221 @@
+//! `gpu-mem-quota watchdog`: the process the plugin starts, wired to the real edges.
+//!
+//! Lifetime: it takes the job's lock (a second watchdog for the same job exits at once), records
+//! its pid, and runs until SIGTERM (the plugin, when the job ends on this node), until slurmctld
+//! says the job left RUNNING or was restarted (checked every 30 s, and every interval once it has
+//! acted), or until the job's cgroup on this node has no step left. On the way out it removes the
+//! job's runtime directory: no file outlives the job.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::control::{ProcAttributor, SlurmController};
+use super::gpu::{GpuSource, NvmlSource};
+use super::log::Log;
+use super::params::Params;
+use super::status::Status;
+use super::{backoff, Controller, Flow, Reporter, Watchdog};
+use crate::config;
+use crate::runtime::{self, ProcessId};
+use crate::slurmctl::SlurmTools;
+use crate::textfile;
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_stop_signal as usize;
+        libc::sigemptyset(&mut action.sa_mask);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Sleeps up to `duration`, waking early when asked to stop. Returns whether to stop.
+fn sleep_or_stop(duration: Duration) -> bool {
+    let end = Instant::now() + duration;
+    while !STOP.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if now >= end {
+            return false;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(50)));
+    }
+    true
+}
+
+/// The log plus the job's status file.
+struct LogReporter {
+    log: Log,
+    dir: PathBuf,
+    last_status: Option<Status>,
+    last_written: Option<Instant>,
+}
+
+impl Reporter for LogReporter {
+    fn info(&mut self, message: &str) {
+        self.log.info(message)
+    }
+
+    fn warning(&mut self, message: &str) {
+        self.log.warning(message)
+    }
+
+    fn error(&mut self, message: &str) {
+        self.log.error(message)
+    }
+
+    fn status(&mut self, status: &Status) {
+        // Write on change, and at least every 5 s so `updated_at` shows the watchdog is alive.
+        let unchanged = self.last_status.as_ref().is_some_and(|last| {
+            Status { updated_at: status.updated_at, ..last.clone() } == *status
+        });
+        if unchanged && self.last_written.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+            return;
+        }
+        if let Err(e) = textfile::write_atomically(&self.dir, runtime::STATUS_FILE, &status.to_json()) {
+            self.log.error(&format!("cannot write the status file in {}: {e}", self.dir.display()));
+        }
+        self.last_status = Some(status.clone());
+        self.last_written = Some(Instant::now());
+    }
+}
+
+/// Whether slurmctld's view says this run of the job is still going on this node.
+fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, String> {
+    let job = control.job()?;
+    let running = matches!(job.state.as_str(), "RUNNING" | "SUSPENDED" | "CONFIGURING");
+    Ok(running && run.is_none_or(|r| r == job.restarts))
+}
+
+pub fn run(params: Params) -> ExitCode {
+    let settings = match config::load(&params.config) {
+        Ok(config) => config.enforcement,
+        Err(e) => {
+            let mut log = Log::open(params.job_id, PathBuf::from(config::limits::STATE_DIR));
+            log.error(&format!("the policy is unusable ({e}): no watchdog for this job"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut log = Log::open(params.job_id, settings.state_dir.clone());
+    let dir = match runtime::create_job_dir(&settings.runtime_dir, params.job_id, params.gid) {
+        Ok(dir) => dir,
+        Err(e) => {
+            log.error(&format!("cannot create the job's runtime directory: {e}; the job runs unwatched"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let _lock = match runtime::try_lock(&dir) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return ExitCode::SUCCESS, // another step's watchdog already watches this job
+        Err(e) => {
+            log.error(&format!("cannot lock {}: {e}; the job runs unwatched", dir.display()));
+            return ExitCode::FAILURE;
+        }
+    };
+    install_signal_handlers();
+    let proc_root = Path::new("/proc");
+    if let Err(e) = ProcessId::current(proc_root).and_then(|me| runtime::write_pid_file(&dir, me)) {
+        log.error(&format!("cannot write the pid file: {e}"));
+    }
+    let mut control = SlurmController { job_id: params.job_id, tools: SlurmTools::default() };
+    let node = hostname();
+    let mut watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone());
+    match control.job() {
+        Ok(job) => watchdog.set_run(job.restarts),
+        Err(e) => log.error(&format!("cannot read the job from slurmctld: {e}")),
+    }
+    log.info(&format!(
+        "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
+        params.gpus.join(","),
+        params.quota.map(|q| q.to_string()).unwrap_or_else(|| "none (recording only)".into()),
+        settings.interval,
+        settings.warn_threshold * 100.0,
+        settings.grace,
+        super::action_name(settings.action),
+    ));
+
+    let mut reporter = LogReporter { log, dir: dir.clone(), last_status: None, last_written: None };
+    let mut gpus = open_nvml(&settings, &params, &mut reporter);
+    let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
+    let mut last_check = Instant::now();
+    if let Some(gpus) = gpus.as_mut() {
+        while !STOP.load(Ordering::SeqCst) {
+            if watchdog.tick(Instant::now(), gpus, &mut attributor, &mut control, &mut reporter) == Flow::Stop {
+                break;
+            }
+            let check_every = if watchdog.has_acted() { settings.interval } else { Duration::from_secs(30) };
+            if last_check.elapsed() >= check_every {
+                last_check = Instant::now();
+                match still_running(&mut control, watchdog.run()) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => reporter.warning(&format!("cannot check the job with slurmctld: {e}")),
+                }
+            }
+            if sleep_or_stop(settings.interval) {
+                break;
+            }
+        }
+    }
+    let peaks: Vec<String> =
+        watchdog.usage().iter().map(|(i, u)| format!("GPU {i} peak {}", crate::size::ByteSize::from_bytes(u.peak).floor_mib())).collect();
+    reporter.info(&format!("stopping: {}", if peaks.is_empty() { "no GPU memory seen".into() } else { peaks.join(", ") }));
+    if let Err(e) = runtime::remove_job_dir(&settings.runtime_dir, params.job_id) {
+        reporter.error(&format!("cannot remove {}: {e}", dir.display()));
+    }
+    ExitCode::SUCCESS
+}
+
+/// Loads NVML, retrying with backoff: a driver that is not there yet may come (or the job ends).
+fn open_nvml(settings: &config::Enforcement, params: &Params, report: &mut LogReporter) -> Option<NvmlSource> {
+    let mut attempt = 0;
+    loop {
+        match NvmlSource::open(&settings.nvml_library, &params.gpus) {
+            Ok(source) => {
+                if attempt > 0 {
+                    report.info("NVML loaded");
+                }
+                write_inventory(&settings.runtime_dir, &source, report);
+                let _ = source.gpu_total();
+                return Some(source);
+            }
+            Err(e) => {
+                if attempt == 0 {
+                    report.error(&format!("{e}: the job runs unchecked until NVML answers (retrying with backoff)"));
+                }
+                if sleep_or_stop(backoff(attempt)) {
+                    return None;
+                }
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// `<runtime_dir>/gpus`: the node's GPUs and their sizes, so the plugin can resolve percent quotas
+/// against the real GPU (it does no NVML itself).
+fn write_inventory(runtime_dir: &Path, source: &NvmlSource, report: &mut LogReporter) {
+    let text: String =
+        source.inventory().iter().map(|(index, uuid, total)| format!("{index} {uuid} {total}\n")).collect();
+    if let Err(e) = textfile::write_atomically(runtime_dir, runtime::INVENTORY_FILE, &text) {
+        report.warning(&format!("cannot write the GPU inventory: {e}"));
+    }
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let name = if ok { std::ffi::CStr::from_bytes_until_nul(&buf).ok() } else { None };
+    name.map(|n| n.to_string_lossy().split('.').next().unwrap_or("").to_string()).unwrap_or_else(|| "unknown".into())
+}

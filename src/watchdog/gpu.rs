@@ -1,0 +1,183 @@
+//! The GPUs as NVML sees them, through nvml-wrapper: which devices are the job's, and one sample of
+//! each (memory and the processes holding it). The only module that talks to NVML.
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+use nvml_wrapper::{Device, Nvml};
+
+/// One process holding memory on a GPU. `used: None`: NVML cannot say (`Unavailable`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuProcess {
+    pub pid: u32,
+    pub used: Option<u64>,
+}
+
+/// One GPU at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSample {
+    /// The job's name for the GPU: its gres index (the N of /dev/nvidiaN).
+    pub index: u32,
+    pub uuid: String,
+    pub total: u64,
+    /// Memory in use on the whole device (every process, every job).
+    pub used: u64,
+    pub processes: Vec<GpuProcess>,
+    /// Slurm gave this GPU to the job. The watchdog samples every GPU of the node all the same:
+    /// the job's processes count wherever they are (the list comes from the job's environment).
+    pub listed: bool,
+}
+
+/// Where the watchdog gets its samples: NVML on a node, a table in tests.
+pub trait GpuSource {
+    /// Samples the job's GPUs. An error means this sample is lost; the next may work.
+    fn sample(&mut self) -> Result<Vec<GpuSample>, String>;
+    /// The size of the job's GPUs (the smallest, if they differ).
+    fn gpu_total(&self) -> Option<u64>;
+}
+
+/// A GPU of the node, found in NVML.
+#[derive(Debug, Clone)]
+struct NodeGpu {
+    index: u32,
+    nvml_index: u32,
+    uuid: String,
+    total: u64,
+    listed: bool,
+}
+
+pub struct NvmlSource {
+    nvml: Nvml,
+    gpus: Vec<NodeGpu>,
+}
+
+/// A job's GPU as Slurm names it: `3` (gres index, the minor number of /dev/nvidia3) or a UUID.
+pub fn parse_gpu_list(text: &str) -> Result<Vec<String>, String> {
+    let list: Vec<String> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    for gpu in &list {
+        let uuid = gpu.starts_with("GPU-") || gpu.starts_with("MIG-");
+        if !uuid && gpu.parse::<u32>().is_err() {
+            return Err(format!("'{gpu}' is neither a GPU index nor a GPU UUID"));
+        }
+    }
+    Ok(list)
+}
+
+fn describe(e: NvmlError) -> String {
+    match e {
+        NvmlError::LibloadingError(e) => format!("cannot load the NVML library: {e}"),
+        other => other.to_string(),
+    }
+}
+
+impl NvmlSource {
+    /// Loads NVML from `library` and finds the node's GPUs, marking the job's (`gpus` as Slurm
+    /// lists them: indices match a device's minor number, the N of /dev/nvidiaN, else NVML's own
+    /// index; UUIDs match exactly). A GPU is named by its minor number where NVML knows it.
+    pub fn open(library: &Path, gpus: &[String]) -> Result<NvmlSource, String> {
+        let nvml = Nvml::builder().lib_path(OsStr::new(library)).init().map_err(describe)?;
+        let count = nvml.device_count().map_err(describe)?;
+        let mut devices = Vec::new();
+        for nvml_index in 0..count {
+            let device = nvml.device_by_index(nvml_index).map_err(describe)?;
+            let minor = device.minor_number().ok();
+            let uuid = device.uuid().map_err(describe)?;
+            let total = device.memory_info().map_err(describe)?.total;
+            devices.push((nvml_index, minor, uuid, total));
+        }
+        let mut found: Vec<NodeGpu> = devices
+            .iter()
+            .map(|&(nvml_index, minor, ref uuid, total)| NodeGpu {
+                index: minor.unwrap_or(nvml_index),
+                nvml_index,
+                uuid: uuid.clone(),
+                total,
+                listed: false,
+            })
+            .collect();
+        for wanted in gpus {
+            let hit = found.iter_mut().find(|g| &g.uuid == wanted || wanted.parse() == Ok(g.index));
+            match hit {
+                Some(gpu) => gpu.listed = true,
+                None => return Err(format!("the job's GPU {wanted} is not among NVML's {count} device(s)")),
+            }
+        }
+        Ok(NvmlSource { nvml, gpus: found })
+    }
+
+    fn sample_one(&self, gpu: &NodeGpu) -> Result<GpuSample, NvmlError> {
+        let device = self.nvml.device_by_index(gpu.nvml_index)?;
+        let memory = device.memory_info()?;
+        let mut processes = Vec::new();
+        for info in processes_of(&device, Device::running_compute_processes)?
+            .into_iter()
+            .chain(processes_of(&device, Device::running_graphics_processes)?)
+        {
+            let used = match info.used_gpu_memory {
+                UsedGpuMemory::Used(bytes) => Some(bytes),
+                UsedGpuMemory::Unavailable => None,
+            };
+            processes.push(GpuProcess { pid: info.pid, used });
+        }
+        Ok(GpuSample {
+            index: gpu.index,
+            uuid: gpu.uuid.clone(),
+            total: memory.total,
+            used: memory.used,
+            processes,
+            listed: gpu.listed,
+        })
+    }
+}
+
+/// NVML's process lists may grow between its count and fill calls; nvml-wrapper then reports
+/// `InsufficientSize`. Ask again a few times before giving the sample up.
+fn processes_of(
+    device: &Device,
+    list: fn(&Device) -> Result<Vec<ProcessInfo>, NvmlError>,
+) -> Result<Vec<ProcessInfo>, NvmlError> {
+    let mut attempt = 0;
+    loop {
+        match list(device) {
+            Err(NvmlError::InsufficientSize(_)) if attempt < 3 => attempt += 1,
+            Err(NvmlError::NotSupported) => return Ok(Vec::new()),
+            other => return other,
+        }
+    }
+}
+
+impl GpuSource for NvmlSource {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
+        self.gpus
+            .iter()
+            .map(|gpu| self.sample_one(gpu).map_err(|e| format!("GPU {} ({}): {}", gpu.index, gpu.uuid, describe(e))))
+            .collect()
+    }
+
+    fn gpu_total(&self) -> Option<u64> {
+        self.gpus.iter().filter(|g| g.listed).map(|g| g.total).min()
+    }
+}
+
+impl NvmlSource {
+    /// The node's GPUs as `(index, uuid, total bytes)`, for the inventory file the plugin reads.
+    pub fn inventory(&self) -> Vec<(u32, String, u64)> {
+        self.gpus.iter().map(|g| (g.index, g.uuid.clone(), g.total)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_lists() {
+        assert_eq!(parse_gpu_list("0,2").unwrap(), vec!["0", "2"]);
+        assert_eq!(parse_gpu_list("GPU-1234-ab").unwrap(), vec!["GPU-1234-ab"]);
+        assert_eq!(parse_gpu_list("").unwrap(), Vec::<String>::new());
+        assert!(parse_gpu_list("0,x").unwrap_err().contains("'x'"));
+    }
+}

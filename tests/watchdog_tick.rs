@@ -1,0 +1,211 @@
+//! The watchdog's loop, driven by tables: fake GPUs, fake ownership, a fake slurmctld.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use gpu_mem_quota::config::{Action, Enforcement};
+use gpu_mem_quota::record;
+use gpu_mem_quota::size::ByteSize;
+use gpu_mem_quota::watchdog::gpu::{GpuProcess, GpuSample, GpuSource};
+use gpu_mem_quota::watchdog::status::Status;
+use gpu_mem_quota::watchdog::{Attributor, Controller, JobState, Reporter, Watchdog};
+
+const G: u64 = 1 << 30;
+const JOB_PID: u32 = 100;
+const STRANGER_PID: u32 = 200;
+
+/// One GPU; each sample pops the next (job bytes, stranger bytes), repeating the last.
+struct FakeGpus {
+    script: VecDeque<Result<(u64, u64), String>>,
+    last: Result<(u64, u64), String>,
+}
+
+impl FakeGpus {
+    fn new(script: Vec<Result<(u64, u64), String>>) -> FakeGpus {
+        FakeGpus { script: script.into(), last: Ok((0, 0)) }
+    }
+}
+
+impl GpuSource for FakeGpus {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
+        if let Some(next) = self.script.pop_front() {
+            self.last = next;
+        }
+        let (job, stranger) = self.last.clone()?;
+        Ok(vec![GpuSample {
+            index: 0,
+            uuid: "GPU-00000000-0000-4000-8000-000000000000".into(),
+            total: 80 * G,
+            used: job + stranger,
+            processes: vec![
+                GpuProcess { pid: JOB_PID, used: Some(job) },
+                GpuProcess { pid: STRANGER_PID, used: Some(stranger) },
+            ],
+            listed: true,
+        }])
+    }
+
+    fn gpu_total(&self) -> Option<u64> {
+        Some(80 * G)
+    }
+}
+
+struct ByPid;
+
+impl Attributor for ByPid {
+    fn is_ours(&mut self, pid: u32) -> Option<bool> {
+        Some(pid == JOB_PID)
+    }
+}
+
+#[derive(Default)]
+struct FakeSlurm {
+    admin_comment: String,
+    requeueable: bool,
+    fail_job_reads: u32,
+    fail_comment_writes: u32,
+    calls: Vec<String>,
+}
+
+impl Controller for FakeSlurm {
+    fn job(&mut self) -> Result<JobState, String> {
+        if self.fail_job_reads > 0 {
+            self.fail_job_reads -= 1;
+            return Err("Unable to contact slurm controller".into());
+        }
+        Ok(JobState {
+            state: "RUNNING".into(),
+            restarts: 0,
+            requeueable: self.requeueable,
+            admin_comment: self.admin_comment.clone(),
+        })
+    }
+
+    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
+        if self.fail_comment_writes > 0 {
+            self.fail_comment_writes -= 1;
+            return Err("Socket timed out".into());
+        }
+        self.calls.push("comment".into());
+        self.admin_comment = text.to_string();
+        Ok(())
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), String> {
+        self.calls.push(gpu_mem_quota::watchdog::action_name(action).to_string());
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Lines {
+    lines: Vec<String>,
+    status: Option<Status>,
+}
+
+impl Reporter for Lines {
+    fn info(&mut self, m: &str) {
+        self.lines.push(format!("info: {m}"));
+    }
+    fn warning(&mut self, m: &str) {
+        self.lines.push(format!("warning: {m}"));
+    }
+    fn error(&mut self, m: &str) {
+        self.lines.push(format!("error: {m}"));
+    }
+    fn status(&mut self, s: &Status) {
+        self.status = Some(s.clone());
+    }
+}
+
+fn settings() -> Enforcement {
+    Enforcement { grace: Duration::from_secs(2), interval: Duration::from_secs(1), ..Enforcement::default() }
+}
+
+/// Runs `ticks` one second apart; returns the controller and the report.
+fn run(script: Vec<Result<(u64, u64), String>>, slurm: FakeSlurm, ticks: u64) -> (FakeSlurm, Lines, Watchdog) {
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(script), slurm, Lines::default());
+    let t0 = Instant::now();
+    for i in 0..ticks {
+        watchdog.tick(t0 + Duration::from_secs(i), &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+    }
+    (slurm, lines, watchdog)
+}
+
+#[test]
+fn under_quota_nothing_happens_and_the_peak_is_kept() {
+    let (slurm, lines, watchdog) = run(vec![Ok((30 * G, 0)), Ok((20 * G, 0))], FakeSlurm::default(), 5);
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    assert!(lines.lines.is_empty(), "{:?}", lines.lines);
+    let usage: BTreeMap<_, _> = watchdog.usage().iter().map(|(i, u)| (*i, (u.used, u.peak))).collect();
+    assert_eq!(usage[&0], (20 * G, 30 * G));
+    assert_eq!(lines.status.unwrap().health.name(), "ok");
+}
+
+#[test]
+fn over_quota_past_grace_records_first_then_requeues_once() {
+    let slurm = FakeSlurm { requeueable: true, admin_comment: "site:keep-me".into(), ..FakeSlurm::default() };
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    assert_eq!(slurm.calls, vec!["comment", "requeue"]);
+    assert!(slurm.admin_comment.starts_with("site:keep-me "), "{}", slurm.admin_comment);
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    let totals = record.totals();
+    assert_eq!(totals.events.get(record::EventKind::Requeued), 1);
+    assert_eq!(totals.events.get(record::EventKind::OverQuota), 1);
+    assert_eq!(totals.peak, 50 * G);
+    assert!(lines.lines.iter().any(|l| l.contains("GPU memory 50G over its 40G quota") && l.contains("requeued")));
+}
+
+#[test]
+fn another_jobs_memory_never_counts() {
+    let (slurm, lines, watchdog) = run(vec![Ok((10 * G, 70 * G))], FakeSlurm::default(), 6);
+    assert!(slurm.calls.is_empty());
+    assert!(lines.lines.is_empty(), "{:?}", lines.lines);
+    assert_eq!(watchdog.usage()[&0].peak, 10 * G);
+}
+
+#[test]
+fn a_spike_shorter_than_grace_is_forgiven() {
+    let script = vec![Ok((50 * G, 0)), Ok((50 * G, 0)), Ok((30 * G, 0))];
+    let (slurm, _, _) = run(script, FakeSlurm { requeueable: true, ..FakeSlurm::default() }, 6);
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+}
+
+#[test]
+fn nvml_failures_are_logged_once_and_never_act() {
+    let script = vec![Err("GPU is lost".into()), Err("GPU is lost".into()), Err("GPU is lost".into())];
+    let (slurm, lines, _) = run(script, FakeSlurm { requeueable: true, ..FakeSlurm::default() }, 6);
+    assert!(slurm.calls.is_empty());
+    let errors: Vec<_> = lines.lines.iter().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "{:?}", lines.lines);
+    assert!(errors[0].contains("GPU is lost") && errors[0].contains("keeps running"));
+}
+
+#[test]
+fn no_action_without_the_record_and_a_retry_later() {
+    let slurm = FakeSlurm { requeueable: true, fail_comment_writes: 1, fail_job_reads: 1, ..FakeSlurm::default() };
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 14);
+    // First attempt: slurmctld unreachable; second: record refused; third: recorded and requeued.
+    assert_eq!(slurm.calls, vec!["comment", "requeue"], "{:?}", lines.lines);
+    assert!(lines.lines.iter().any(|l| l.contains("cannot read the job from slurmctld")));
+    assert!(lines.lines.iter().any(|l| l.contains("the record cannot be written") && l.contains("not acting blind")));
+}
+
+#[test]
+fn escalation_and_jobs_that_cannot_be_requeued() {
+    // Requeued 3 times by us already (the default max_requeues): held instead.
+    let mut entry = record::Entry::new("node1", 2, ByteSize::from_bytes(40 * G));
+    for _ in 0..3 {
+        entry.count_event(record::EventKind::Requeued, 1);
+    }
+    let earlier = record::merge("", &entry).admin_comment;
+    let slurm = FakeSlurm { requeueable: true, admin_comment: earlier, ..FakeSlurm::default() };
+    let (slurm, _, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    assert_eq!(slurm.calls, vec!["comment", "requeue-hold"]);
+
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], FakeSlurm::default(), 6);
+    assert_eq!(slurm.calls, vec!["comment", "cancel"]);
+    assert!(lines.lines.iter().any(|l| l.contains("cannot be requeued")));
+}
