@@ -5,6 +5,7 @@
 //! Layers point down only: `spank` (FFI edge) and `cli` use the pure modules; the pure modules
 //! (`size`, `request`, `config`, `quota`, `hints`, `predict`, `record`, `plan`) do no I/O.
 
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod hints;
