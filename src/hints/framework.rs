@@ -249,7 +249,8 @@ mod tests {
             pytorch_memory_fraction: false,
             ..ALL
         };
-        let table: &[(&[(&str, &str)], &[(&'static str, &str)])] = &[
+        type Vars = &'static [(&'static str, &'static str)];
+        let table: &[(Vars, Vars)] = &[
             // The case, under either name; the other name gets the user's keys too.
             (
                 &[("PYTORCH_ALLOC_CONF", "max_split_size_mb:128")],

@@ -296,32 +296,33 @@ mod tests {
     /// target 38G.
     #[test]
     fn hint_table() {
-        #[allow(clippy::type_complexity)]
-        let table: &[(u64, Option<u64>, (u32, u32), (&str, u32, u64, bool))] = &[
+        type Given = (u64, Option<u64>, (u32, u32));
+        type Want = (&'static str, u32, u64, bool);
+        let table: &[(Given, Want)] = &[
             // The case: 20G fixed + 8 × 4G = 52G. (38−20)/(52−20) = 0.5625 → 0.56 → ≤ 4.48 → 4.
-            (52, Some(20), (8, 8), ("0.56", 4, 16, false)),
+            ((52, Some(20), (8, 8)), ("0.56", 4, 16, false)),
             // Same peak, fixed part unknown: 38/52 = 0.73 → ≤ 5.84; 5 does not divide 64 → 4.
-            (52, None, (8, 8), ("0.73", 4, 16, false)),
+            ((52, None, (8, 8)), ("0.73", 4, 16, false)),
             // Divisors matter: effective 48, cap 8 × 0.73 = 5 → 4 (48 = 4 × 12).
-            (52, None, (8, 6), ("0.73", 4, 12, false)),
+            ((52, None, (8, 6)), ("0.73", 4, 12, false)),
             // Effective 7 (prime): only 1 or 7 divide it, so a small shrink falls to 1.
-            (42, None, (7, 1), ("0.90", 1, 7, false)),
+            ((42, None, (7, 1)), ("0.90", 1, 7, false)),
             // Already under the target (a preempted run): scale 1, geometry unchanged.
-            (30, Some(20), (8, 8), ("1.00", 8, 8, false)),
+            ((30, Some(20), (8, 8)), ("1.00", 8, 8, false)),
             // Exactly at the target still fits.
-            (38, Some(20), (8, 8), ("1.00", 8, 8, false)),
+            ((38, Some(20), (8, 8)), ("1.00", 8, 8, false)),
             // Nothing fits: 30G fixed + 8 × 8G = 94G; (38−30)/64 = 0.125 → 0.12 → ⌊0.96⌋ = 0.
-            (94, Some(30), (8, 8), ("0.12", 1, 64, true)),
+            ((94, Some(30), (8, 8)), ("0.12", 1, 64, true)),
             // Nothing fits: the fixed part alone is over the target.
-            (52, Some(39), (8, 8), ("0.01", 1, 64, true)),
+            ((52, Some(39), (8, 8)), ("0.01", 1, 64, true)),
             // A fixed estimate larger than the peak (a bad estimate) behaves like "nothing fits".
-            (52, Some(60), (4, 2), ("0.01", 1, 8, true)),
+            ((52, Some(60), (4, 2)), ("0.01", 1, 8, true)),
             // Micro-batch 1 already: cannot shrink further.
-            (45, Some(20), (1, 64), ("0.72", 1, 64, true)),
+            ((45, Some(20), (1, 64)), ("0.72", 1, 64, true)),
             // Large geometry at the bounds: no overflow.
-            (76, None, (65536, 65536), ("0.50", 32768, 131072, false)),
+            ((76, None, (65536, 65536)), ("0.50", 32768, 131072, false)),
         ];
-        for &(peak, fixed, (micro, accum), (scale, want_micro, want_accum, ckpt)) in table {
+        for &((peak, fixed, (micro, accum)), (scale, want_micro, want_accum, ckpt)) in table {
             let hints = restart_hints(&inputs(peak, fixed, Some((micro, accum))));
             let batch = hints.batch.as_ref().unwrap();
             let case = format!("peak {peak}G fixed {fixed:?} {micro}x{accum}: {}", batch.reason);
