@@ -1,0 +1,132 @@
+//! A job's cgroup directory on this node, and whether the job still runs anything here.
+//!
+//! The watchdog finds its job's directory from its own pid (it lives in the job's cgroup: v1 puts
+//! processes spawned from plugin hooks in `job_<id>` itself, v2 in the spawning stepd's cgroup
+//! below a step) and later asks whether any step still has processes: when none has, the job has
+//! ended on this node. Slurm removes a step's directory when the step ends, and cannot remove the
+//! job's directory while the watchdog is inside it, hence "processes in steps", not "directory exists".
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::cgroup::{lines, membership, slurm_cgroup, Hierarchy, Membership};
+use super::procfs::read_cgroup;
+
+/// A job's own cgroup directory in one mounted hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCgroup {
+    pub job_id: u32,
+    /// `<cgroup_root>/freezer/slurm_<node>/uid_<uid>/job_<id>` (v1) or
+    /// `<v2 mount>/system.slice/slurmstepd.scope/job_<id>` (v2).
+    pub dir: PathBuf,
+}
+
+/// How deep below a step directory processes are looked for (v1: `step_0/task_0`; v2:
+/// `step_0/user/task_0`, `step_0/slurm`).
+const MAX_DEPTH_BELOW_STEP: usize = 4;
+
+/// The cgroup directory of the job `pid` belongs to, in the hierarchy Slurm tracks jobs with:
+/// v1 `freezer` (proctrack/cgroup), else the v2 hierarchy, else any other v1 controller that
+/// holds the job. `None` when `pid` is gone, is in no job's cgroup (or in two jobs'), or the
+/// directory is not under `cgroup_root`.
+///
+/// `cgroup_root` is where cgroups are mounted (`/sys/fs/cgroup`): v1 controllers are directories
+/// in it, and the v2 hierarchy is `cgroup_root` itself on a pure v2 host, `cgroup_root/unified`
+/// on a hybrid one. A few small reads; call it once at start.
+pub fn job_cgroup(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Option<JobCgroup> {
+    let text = read_cgroup(proc_root, pid)?;
+    let Membership::Job { job_id, .. } = membership(&text) else {
+        return None;
+    };
+    let mut candidates: Vec<(u8, PathBuf)> = lines(&text)
+        .filter_map(|line| {
+            let cgroup = slurm_cgroup(&line)?;
+            let (preference, mount) = match line.hierarchy {
+                Hierarchy::V1("freezer") => (0, v1_mount(cgroup_root, "freezer")?),
+                Hierarchy::V2 => (1, v2_mount(cgroup_root)?),
+                Hierarchy::V1(controllers) => (2, v1_mount(cgroup_root, controllers)?),
+            };
+            Some((preference, mount.join(cgroup.job_path.trim_start_matches('/'))))
+        })
+        .filter(|(_, dir)| dir.is_dir())
+        .collect();
+    candidates.sort();
+    let (_, dir) = candidates.into_iter().next()?;
+    Some(JobCgroup { job_id, dir })
+}
+
+/// The mount of a v1 hierarchy: named by its controller list (`cpu,cpuacct`), or by one of its
+/// controllers (distributions link `cpu` → `cpu,cpuacct`); `name=systemd` is mounted as `systemd`.
+fn v1_mount(cgroup_root: &Path, controllers: &str) -> Option<PathBuf> {
+    let whole = controllers.trim_start_matches("name=");
+    std::iter::once(whole)
+        .chain(controllers.split(',').map(|c| c.trim_start_matches("name=")))
+        .map(|name| cgroup_root.join(name))
+        .find(|dir| dir.is_dir())
+}
+
+/// The v2 hierarchy: the directory with a `cgroup.controllers` file.
+fn v2_mount(cgroup_root: &Path) -> Option<PathBuf> {
+    [cgroup_root.to_path_buf(), cgroup_root.join("unified")]
+        .into_iter()
+        .find(|dir| dir.join("cgroup.controllers").is_file())
+}
+
+/// Whether the job whose cgroup is `job_dir` still has a process in one of its steps (`step_*`
+/// directories, at any depth below them) other than `ignore_pids` (the watchdog and its children,
+/// where they live in a step, as on v2). `Ok(false)` once the job's directory is gone.
+///
+/// With `PrologFlags=Contain` the extern step holds a process for the job's whole life on the
+/// node. Without it, a job started by salloc has no step between two sruns and reads as ended.
+/// A few directory reads; cheap enough for every sample, but a few seconds apart is plenty.
+pub fn job_active_on_node(job_dir: &Path, ignore_pids: &[u32]) -> io::Result<bool> {
+    let entries = match fs::read_dir(job_dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        other => other?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        let is_step = entry.file_name().to_string_lossy().starts_with("step_");
+        if is_step && entry.file_type()?.is_dir() && has_processes(&entry.path(), ignore_pids, 0)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Whether `dir` or a cgroup below it lists a process not in `ignore_pids`. A directory that
+/// vanishes meanwhile (its step ended) has none.
+fn has_processes(dir: &Path, ignore_pids: &[u32], depth: usize) -> io::Result<bool> {
+    match fs::read_to_string(dir.join("cgroup.procs")) {
+        Ok(procs) => {
+            let mut pids = procs.lines().filter_map(|line| line.trim().parse::<u32>().ok());
+            if pids.any(|pid| !ignore_pids.contains(&pid)) {
+                return Ok(true);
+            }
+        }
+        Err(e) if vanished(&e) => {}
+        Err(e) => return Err(e),
+    }
+    if depth >= MAX_DEPTH_BELOW_STEP {
+        return Ok(false);
+    }
+    let entries = match fs::read_dir(dir) {
+        Err(e) if vanished(&e) => return Ok(false),
+        other => other?,
+    };
+    for entry in entries {
+        let Ok(entry) = entry else { continue };
+        if entry.file_type().is_ok_and(|t| t.is_dir())
+            && has_processes(&entry.path(), ignore_pids, depth + 1)?
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// A cgroup removed while it is read: gone (`ENOENT`) or being torn down (`ENODEV`).
+fn vanished(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ENODEV)
+}
