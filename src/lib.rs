@@ -6,6 +6,7 @@
 //! (`size`, `request`, `config`, `quota`, `hints`, `predict`, `record`, `plan`) do no I/O.
 
 pub mod admission;
+pub mod attribute;
 pub mod batch;
 pub mod cli;
 pub mod config;

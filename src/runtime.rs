@@ -17,6 +17,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::attribute::ProcessIdentity;
+
 pub const STATUS_FILE: &str = "status.json";
 pub const LOCK_FILE: &str = "watchdog.lock";
 pub const PID_FILE: &str = "watchdog.pid";
@@ -99,52 +101,19 @@ pub fn try_lock(dir: &Path) -> io::Result<Option<fs::File>> {
     }
 }
 
-/// A process, identified against PID reuse by its start time (clock ticks since boot).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProcessId {
-    pub pid: u32,
-    pub start_time: u64,
-}
-
-impl ProcessId {
-    /// This process, read from `proc_root` (normally /proc).
-    pub fn current(proc_root: &Path) -> io::Result<ProcessId> {
-        let pid = std::process::id();
-        let start_time = start_time(proc_root, pid)?;
-        Ok(ProcessId { pid, start_time })
-    }
-
-    /// Whether `pid` is still this very process.
-    pub fn is_alive(&self, proc_root: &Path) -> bool {
-        start_time(proc_root, self.pid).map(|t| t == self.start_time).unwrap_or(false)
-    }
-}
-
-/// Field 22 of /proc/PID/stat; the command name before it may hold spaces and parentheses.
-pub fn start_time(proc_root: &Path, pid: u32) -> io::Result<u64> {
-    let stat = fs::read_to_string(proc_root.join(pid.to_string()).join("stat"))?;
-    let after_comm = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
-    // After ") " come field 3 (state) onwards: starttime is field 22, the 20th of these.
-    after_comm
-        .split_whitespace()
-        .nth(19)
-        .and_then(|f| f.parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("/proc/{pid}/stat: no start time")))
-}
-
-pub fn write_pid_file(dir: &Path, me: ProcessId) -> io::Result<()> {
+pub fn write_pid_file(dir: &Path, me: ProcessIdentity) -> io::Result<()> {
     let mut file = open_private(&dir.join(PID_FILE), 0o644)?;
     file.set_len(0)?;
     writeln!(file, "{} {}", me.pid, me.start_time)
 }
 
 /// The watchdog recorded in the job's directory, if its file is there and well formed.
-pub fn read_pid_file(runtime_dir: &Path, job_id: u32) -> Option<ProcessId> {
+pub fn read_pid_file(runtime_dir: &Path, job_id: u32) -> Option<ProcessIdentity> {
     let text = fs::read_to_string(job_dir(runtime_dir, job_id).join(PID_FILE)).ok()?;
     let mut words = text.split_whitespace();
     let pid = words.next()?.parse().ok()?;
     let start_time = words.next()?.parse().ok()?;
-    Some(ProcessId { pid, start_time })
+    Some(ProcessIdentity { pid, start_time })
 }
 
 /// The size of the smallest of `gpus` (gres indices or UUIDs) in the node's inventory, or of the
@@ -165,20 +134,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn start_time_of_this_process() {
-        let me = ProcessId::current(Path::new("/proc")).unwrap();
-        assert!(me.is_alive(Path::new("/proc")));
-        let other = ProcessId { start_time: me.start_time + 1, ..me };
-        assert!(!other.is_alive(Path::new("/proc")), "a reused pid must not pass for the old process");
-    }
-
-    #[test]
-    fn stat_with_a_hostile_command_name() {
-        let root = std::env::temp_dir().join(format!("gmq-runtime-{}", std::process::id()));
-        fs::create_dir_all(root.join("42")).unwrap();
-        let fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
-        fs::write(root.join("42/stat"), format!("42 (a) b ) c) {}", fields.join(" "))).unwrap();
-        assert_eq!(start_time(&root, 42).unwrap(), 22);
-        fs::remove_dir_all(&root).unwrap();
+    fn inventory_sizes() {
+        let dir = std::env::temp_dir().join(format!("gmq-inventory-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join(INVENTORY_FILE), "0 GPU-a 85899345920\n1 GPU-b 42949672960\n").unwrap();
+        assert_eq!(gpu_total(&dir, &["0".into()]), Some(85899345920));
+        assert_eq!(gpu_total(&dir, &["GPU-b".into()]), Some(42949672960));
+        assert_eq!(gpu_total(&dir, &[]), Some(42949672960));
+        assert_eq!(gpu_total(&dir, &["7".into()]), None);
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(gpu_total(&dir, &[]), None);
     }
 }

@@ -13,12 +13,13 @@
 //! The option value reaches this process through the job's environment, which the user controls:
 //! it is validated again here.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::handle::Spank;
 use super::{log, options};
 use crate::admission::{self, NodeVerdict};
+use crate::attribute::same_process;
 use crate::config;
 use crate::job_env;
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
@@ -76,7 +77,7 @@ pub fn task_post_fork(spank: &Spank) -> Result<(), String> {
     };
     let job = watch.params.job_id;
     if let Some(running) = runtime::read_pid_file(&watch.runtime_dir, job) {
-        if running.is_alive(std::path::Path::new("/proc")) {
+        if same_process(Path::new("/proc"), &running) {
             return Ok(()); // an earlier step of this job started it
         }
     }
@@ -120,7 +121,7 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
     };
     let runtime_dir = policy.enforcement.runtime_dir;
     match runtime::read_pid_file(&runtime_dir, job) {
-        Some(watchdog) if watchdog.is_alive(std::path::Path::new("/proc")) => {
+        Some(watchdog) if same_process(Path::new("/proc"), &watchdog) => {
             // SAFETY: kill on a pid verified by its start time to be the job's watchdog.
             unsafe { libc::kill(watchdog.pid as libc::pid_t, libc::SIGTERM) };
         }

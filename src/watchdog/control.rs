@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use super::{Attributor, Controller, JobState};
 use crate::attribute::{self, Owner};
 use crate::config::Action;
-use crate::runtime;
 use crate::slurmctl::SlurmTools;
 
 /// The job's record and actions through scontrol/scancel (absolute paths, argv, timeouts, retries).
@@ -19,10 +18,10 @@ impl Controller for SlurmController {
     fn job(&mut self) -> Result<JobState, String> {
         let info = self.tools.show_job(self.job_id).map_err(|e| e.to_string())?;
         Ok(JobState {
-            state: info.job_state.clone(),
+            state: info.job_state.as_str().to_string(),
             restarts: info.restarts,
-            requeueable: info.batch_flag && info.requeue,
-            admin_comment: info.admin_comment.clone().unwrap_or_default(),
+            requeueable: info.is_requeueable(),
+            admin_comment: info.admin_comment,
         })
     }
 
@@ -57,7 +56,7 @@ impl ProcAttributor {
 
 impl Attributor for ProcAttributor {
     fn is_ours(&mut self, pid: u32) -> Option<bool> {
-        let start_time = runtime::start_time(&self.proc_root, pid).ok()?;
+        let start_time = attribute::identify(&self.proc_root, pid)?.start_time;
         if let Some(&(known_start, ours)) = self.seen.get(&pid) {
             if known_start == start_time {
                 return Some(ours);

@@ -18,7 +18,8 @@ use super::params::Params;
 use super::status::Status;
 use super::{backoff, Controller, Flow, Reporter, Watchdog};
 use crate::config;
-use crate::runtime::{self, ProcessId};
+use crate::attribute;
+use crate::runtime;
 use crate::slurmctl::SlurmTools;
 use crate::textfile;
 
@@ -124,10 +125,15 @@ pub fn run(params: Params) -> ExitCode {
     };
     install_signal_handlers();
     let proc_root = Path::new("/proc");
-    if let Err(e) = ProcessId::current(proc_root).and_then(|me| runtime::write_pid_file(&dir, me)) {
+    let me = attribute::identify(proc_root, std::process::id());
+    if let Err(e) = me.ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat")).and_then(|me| runtime::write_pid_file(&dir, me)) {
         log.error(&format!("cannot write the pid file: {e}"));
     }
-    let mut control = SlurmController { job_id: params.job_id, tools: SlurmTools::default() };
+    let mut tools = SlurmTools::find();
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        tools = tools.with_slurm_conf(&conf);
+    }
+    let mut control = SlurmController { job_id: params.job_id, tools };
     let node = hostname();
     let mut watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone());
     match control.job() {
