@@ -19,6 +19,7 @@ pub mod quota;
 pub mod record;
 pub mod request;
 pub mod size;
+pub mod slurmctl;
 pub mod textfile;
 
 #[cfg(feature = "spank")]
