@@ -23,6 +23,7 @@ pub mod record;
 pub mod request;
 pub mod runtime;
 pub mod size;
+pub mod slurmctl;
 pub mod textfile;
 pub mod watchdog;
 

@@ -1,0 +1,259 @@
+//! The Slurm commands the watchdog uses, where they are, and how patiently to call them.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::classify::{classify, Verdict};
+use super::error::CtlError;
+use super::job_info::{parse_show_job, JobInfo};
+use super::run::{describe, run, Finished, RunError};
+
+/// Where [`SlurmTools::find`] looks for scontrol, in order: distribution packages, then the two
+/// usual prefixes of a source build.
+pub const SEARCH_DIRS: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/slurm/bin"];
+
+/// How long one attempt may take. A client that cannot reach the controller gives up by itself
+/// after about 9 s (update, requeue) to 18 s (show job) on the dev cluster; this leaves it room to
+/// say so, which is worth a retry, while a hung command is cut off.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest AdminComment we write: a guard of ours, well under Linux's 128 KiB per argument.
+/// Slurm 22.05 sets no limit on updates.
+pub const MAX_ADMIN_COMMENT_BYTES: usize = 64 * 1024;
+
+/// Pauses between attempts when the controller looks unreachable. Attempts = pauses + 1.
+/// Timeouts and refusals are never retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backoff {
+    pub pauses: Vec<Duration>,
+}
+
+impl Default for Backoff {
+    /// Four attempts, 0.5 s, 1 s and 2 s apart: rides out a controller restart or failover.
+    fn default() -> Self {
+        Backoff {
+            pauses: [500, 1000, 2000].map(Duration::from_millis).to_vec(),
+        }
+    }
+}
+
+/// How to run Slurm's commands: by absolute path, with only PATH and `env` in their environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmTools {
+    pub scontrol: PathBuf,
+    pub scancel: PathBuf,
+    /// Per attempt.
+    pub timeout: Duration,
+    /// Passed to every command on top of the fixed PATH (e.g. `SLURM_CONF`).
+    pub env: Vec<(String, String)>,
+    pub backoff: Backoff,
+}
+
+impl Default for SlurmTools {
+    fn default() -> Self {
+        SlurmTools::find()
+    }
+}
+
+impl SlurmTools {
+    /// The tools in the first of [`SEARCH_DIRS`] that holds `scontrol`; `/usr/bin` if none does
+    /// (the commands then fail with [`CtlError::NotFound`] naming it).
+    pub fn find() -> Self {
+        let dir = SEARCH_DIRS
+            .iter()
+            .map(Path::new)
+            .find(|dir| dir.join("scontrol").is_file());
+        SlurmTools::in_dir(dir.unwrap_or(Path::new(SEARCH_DIRS[0])))
+    }
+
+    /// `dir/scontrol` and `dir/scancel`, default timeout and backoff, no extra environment.
+    pub fn in_dir(dir: &Path) -> Self {
+        SlurmTools {
+            scontrol: dir.join("scontrol"),
+            scancel: dir.join("scancel"),
+            timeout: DEFAULT_TIMEOUT,
+            env: Vec::new(),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// Passes `SLURM_CONF` to the commands: needed where slurm.conf is not in its default place
+    /// (slurmstepd gives it to the job, so the plugin can hand it on).
+    pub fn with_slurm_conf(mut self, slurm_conf: &str) -> Self {
+        self.env.retain(|(key, _)| key != "SLURM_CONF");
+        self.env.push(("SLURM_CONF".to_string(), slurm_conf.to_string()));
+        self
+    }
+
+    /// `scontrol --oneliner show job ID`, the job's record picked by its exact id.
+    pub fn show_job(&self, job_id: u32) -> Result<JobInfo, CtlError> {
+        let args = words(&["--oneliner", "show", "job", &job_id.to_string()]);
+        let finished = self.call(&self.scontrol, &args)?;
+        parse_show_job(&finished.stdout, job_id).map_err(|message| CtlError::Garbage {
+            command: command_line(&self.scontrol, &args),
+            message: if finished.truncated {
+                format!("{message} (output cut at {} bytes)", super::run::MAX_OUTPUT_BYTES)
+            } else {
+                message
+            },
+        })
+    }
+
+    /// `scontrol update JobId=ID AdminComment=TEXT`, the text one argv word, replacing the whole
+    /// AdminComment. Refused here: control characters but tab (NUL cannot be passed; a newline would
+    /// split `show job` lines), two spaces followed by `Key=` (the text would not read back whole, see
+    /// [`parse_show_job`]), and more than [`MAX_ADMIN_COMMENT_BYTES`]. Only SlurmUser and root may
+    /// set it ("Access/permission denied" otherwise).
+    pub fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), CtlError> {
+        check_admin_comment(text)?;
+        let args = vec![
+            "update".to_string(),
+            format!("JobId={job_id}"),
+            format!("AdminComment={text}"),
+        ];
+        self.call(&self.scontrol, &args).map(drop)
+    }
+
+    /// `scontrol requeue Incomplete ID`: back to pending, to run again. `Incomplete` makes it a
+    /// no-op for a job that has meanwhile finished; without it Slurm 22.05 requeues finished batch
+    /// jobs too. Refusals: NotRequeueable (`--no-requeue`), BatchOnly (srun/salloc jobs).
+    pub fn requeue(&self, job_id: u32) -> Result<(), CtlError> {
+        let args = words(&["requeue", "Incomplete", &job_id.to_string()]);
+        self.call(&self.scontrol, &args).map(drop)
+    }
+
+    /// `scontrol requeuehold Incomplete ID`: as [`SlurmTools::requeue`], and held (priority 0)
+    /// until someone runs `scontrol release ID`.
+    pub fn requeue_hold(&self, job_id: u32) -> Result<(), CtlError> {
+        let args = words(&["requeuehold", "Incomplete", &job_id.to_string()]);
+        self.call(&self.scontrol, &args).map(drop)
+    }
+
+    /// `scancel ID`. A job that is already gone is success: scancel itself says nothing then.
+    pub fn cancel(&self, job_id: u32) -> Result<(), CtlError> {
+        let args = vec![job_id.to_string()];
+        self.call(&self.scancel, &args).map(drop)
+    }
+
+    /// Runs `program args`, retrying while the controller looks unreachable.
+    fn call(&self, program: &Path, args: &[String]) -> Result<Finished, CtlError> {
+        let command = || command_line(program, args);
+        if !program.is_absolute() {
+            return Err(CtlError::InvalidArgument(format!(
+                "{} is not an absolute path",
+                program.display()
+            )));
+        }
+        let mut attempts = 0;
+        let mut pauses = self.backoff.pauses.iter();
+        loop {
+            attempts += 1;
+            let finished = match run(program, args, &self.env, self.timeout) {
+                Ok(finished) => finished,
+                Err(RunError::Spawn(e)) => {
+                    return Err(CtlError::NotFound {
+                        program: program.to_path_buf(),
+                        error: e.to_string(),
+                    })
+                }
+                Err(RunError::TimedOut) => {
+                    return Err(CtlError::Timeout {
+                        command: command(),
+                        after: self.timeout,
+                    })
+                }
+                Err(RunError::Wait(e)) => {
+                    return Err(CtlError::Transient {
+                        command: command(),
+                        attempts,
+                        message: e.to_string(),
+                    })
+                }
+            };
+            if finished.status.success() {
+                return Ok(finished);
+            }
+            let message = failure_message(&finished);
+            // A command killed by a signal gave no answer from Slurm: worth another try.
+            let verdict = match finished.status.code() {
+                Some(_) => classify(&format!("{}\n{}", finished.stderr, finished.stdout)),
+                None => Verdict::Transient,
+            };
+            match (verdict, pauses.next()) {
+                (Verdict::Refused(refusal), _) => {
+                    return Err(CtlError::Refused {
+                        command: command(),
+                        refusal,
+                        message,
+                    })
+                }
+                (Verdict::Transient, Some(pause)) => std::thread::sleep(*pause),
+                (Verdict::Transient, None) => {
+                    return Err(CtlError::Transient {
+                        command: command(),
+                        attempts,
+                        message,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Why [`SlurmTools::set_admin_comment`] will not write `text`.
+fn check_admin_comment(text: &str) -> Result<(), CtlError> {
+    let refuse = |why: String| Err(CtlError::InvalidArgument(format!("AdminComment {why}")));
+    if text.len() > MAX_ADMIN_COMMENT_BYTES {
+        return refuse(format!("is {} bytes, over {MAX_ADMIN_COMMENT_BYTES}", text.len()));
+    }
+    if let Some(c) = text.chars().find(|c| c.is_control() && *c != '\t') {
+        return refuse(format!("contains the control character {:?}", c));
+    }
+    let probe = format!("AdminComment={text}  End=");
+    let info_end = super::job_info::admin_comment_end(&probe["AdminComment=".len()..]);
+    if info_end != text.len() {
+        return refuse(format!(
+            "contains two spaces and `Key=` at byte {info_end}, so it would not read back whole"
+        ));
+    }
+    Ok(())
+}
+
+/// What a failed command said: stderr, else stdout, trimmed and shortened; its exit status if
+/// it said nothing.
+fn failure_message(finished: &Finished) -> String {
+    const SHOWN: usize = 500;
+    let said = [&finished.stderr, &finished.stdout]
+        .into_iter()
+        .map(|s| s.trim())
+        .find(|s| !s.is_empty());
+    match said {
+        Some(text) if text.len() > SHOWN => format!("{}...", shorten(text, SHOWN)),
+        Some(text) => text.to_string(),
+        None => format!("{}, no message", describe(&finished.status)),
+    }
+}
+
+/// The command as a log line shows it.
+fn command_line(program: &Path, args: &[String]) -> String {
+    const SHOWN: usize = 200;
+    let line = format!("{} {}", program.display(), args.join(" "));
+    if line.len() > SHOWN {
+        format!("{}...", shorten(&line, SHOWN))
+    } else {
+        line
+    }
+}
+
+/// The longest prefix of `text` within `bytes` that ends on a character boundary.
+fn shorten(text: &str, bytes: usize) -> &str {
+    let end = (0..=bytes.min(text.len()))
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    &text[..end]
+}
+
+fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|w| w.to_string()).collect()
+}
