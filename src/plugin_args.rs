@@ -21,6 +21,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "on_config_error",
         "fail-open or fail-closed, for a policy file that is missing or says nothing",
     ),
+    (
+        "watchdog",
+        "absolute path of the gpu-mem-quota binary started as each job's watchdog",
+    ),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

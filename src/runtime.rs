@@ -89,7 +89,13 @@ pub fn open_private(path: &Path, mode: u32) -> io::Result<fs::File> {
 pub fn try_lock(dir: &Path) -> io::Result<Option<fs::File>> {
     let file = open_private(&dir.join(LOCK_FILE), 0o600)?;
     // SAFETY: flock on a valid descriptor.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } == 0
+    {
         Ok(Some(file))
     } else {
         let e = io::Error::last_os_error();
@@ -137,7 +143,11 @@ mod tests {
     fn inventory_sizes() {
         let dir = std::env::temp_dir().join(format!("gmq-inventory-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join(INVENTORY_FILE), "0 GPU-a 85899345920\n1 GPU-b 42949672960\n").unwrap();
+        fs::write(
+            dir.join(INVENTORY_FILE),
+            "0 GPU-a 85899345920\n1 GPU-b 42949672960\n",
+        )
+        .unwrap();
         assert_eq!(gpu_total(&dir, &["0".into()]), Some(85899345920));
         assert_eq!(gpu_total(&dir, &["GPU-b".into()]), Some(42949672960));
         assert_eq!(gpu_total(&dir, &[]), Some(42949672960));

@@ -22,7 +22,10 @@ struct FakeGpus {
 
 impl FakeGpus {
     fn new(script: Vec<Result<(u64, u64), String>>) -> FakeGpus {
-        FakeGpus { script: script.into(), last: Ok((0, 0)) }
+        FakeGpus {
+            script: script.into(),
+            last: Ok((0, 0)),
+        }
     }
 }
 
@@ -38,8 +41,14 @@ impl GpuSource for FakeGpus {
             total: 80 * G,
             used: job + stranger,
             processes: vec![
-                GpuProcess { pid: JOB_PID, used: Some(job) },
-                GpuProcess { pid: STRANGER_PID, used: Some(stranger) },
+                GpuProcess {
+                    pid: JOB_PID,
+                    used: Some(job),
+                },
+                GpuProcess {
+                    pid: STRANGER_PID,
+                    used: Some(stranger),
+                },
             ],
             listed: true,
         }])
@@ -92,7 +101,8 @@ impl Controller for FakeSlurm {
     }
 
     fn perform(&mut self, action: Action) -> Result<(), String> {
-        self.calls.push(gpu_mem_quota::watchdog::action_name(action).to_string());
+        self.calls
+            .push(gpu_mem_quota::watchdog::action_name(action).to_string());
         Ok(())
     }
 }
@@ -119,17 +129,31 @@ impl Reporter for Lines {
 }
 
 fn settings() -> Enforcement {
-    Enforcement { grace: Duration::from_secs(2), interval: Duration::from_secs(1), ..Enforcement::default() }
+    Enforcement {
+        grace: Duration::from_secs(2),
+        interval: Duration::from_secs(1),
+        ..Enforcement::default()
+    }
 }
 
 /// Runs `ticks` one second apart; returns the controller and the report.
-fn run(script: Vec<Result<(u64, u64), String>>, slurm: FakeSlurm, ticks: u64) -> (FakeSlurm, Lines, Watchdog) {
+fn run(
+    script: Vec<Result<(u64, u64), String>>,
+    slurm: FakeSlurm,
+    ticks: u64,
+) -> (FakeSlurm, Lines, Watchdog) {
     let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
     let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(script), slurm, Lines::default());
     let t0 = Instant::now();
     for i in 0..ticks {
-        watchdog.tick(t0 + Duration::from_secs(i), &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+        watchdog.tick(
+            t0 + Duration::from_secs(i),
+            &mut gpus,
+            &mut ByPid,
+            &mut slurm,
+            &mut lines,
+        );
     }
     (slurm, lines, watchdog)
 }
@@ -139,23 +163,38 @@ fn under_quota_nothing_happens_and_the_peak_is_kept() {
     let (slurm, lines, watchdog) = run(vec![Ok((30 * G, 0)), Ok((20 * G, 0))], FakeSlurm::default(), 5);
     assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
     assert!(lines.lines.is_empty(), "{:?}", lines.lines);
-    let usage: BTreeMap<_, _> = watchdog.usage().iter().map(|(i, u)| (*i, (u.used, u.peak))).collect();
+    let usage: BTreeMap<_, _> = watchdog
+        .usage()
+        .iter()
+        .map(|(i, u)| (*i, (u.used, u.peak)))
+        .collect();
     assert_eq!(usage[&0], (20 * G, 30 * G));
     assert_eq!(lines.status.unwrap().health.name(), "ok");
 }
 
 #[test]
 fn over_quota_past_grace_records_first_then_requeues_once() {
-    let slurm = FakeSlurm { requeueable: true, admin_comment: "site:keep-me".into(), ..FakeSlurm::default() };
+    let slurm = FakeSlurm {
+        requeueable: true,
+        admin_comment: "site:keep-me".into(),
+        ..FakeSlurm::default()
+    };
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
     assert_eq!(slurm.calls, vec!["comment", "requeue"]);
-    assert!(slurm.admin_comment.starts_with("site:keep-me "), "{}", slurm.admin_comment);
+    assert!(
+        slurm.admin_comment.starts_with("site:keep-me "),
+        "{}",
+        slurm.admin_comment
+    );
     let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
     let totals = record.totals();
     assert_eq!(totals.events.get(record::EventKind::Requeued), 1);
     assert_eq!(totals.events.get(record::EventKind::OverQuota), 1);
     assert_eq!(totals.peak, 50 * G);
-    assert!(lines.lines.iter().any(|l| l.contains("GPU memory 50G over its 40G quota") && l.contains("requeued")));
+    assert!(lines
+        .lines
+        .iter()
+        .any(|l| l.contains("GPU memory 50G over its 40G quota") && l.contains("requeued")));
 }
 
 #[test]
@@ -169,14 +208,32 @@ fn another_jobs_memory_never_counts() {
 #[test]
 fn a_spike_shorter_than_grace_is_forgiven() {
     let script = vec![Ok((50 * G, 0)), Ok((50 * G, 0)), Ok((30 * G, 0))];
-    let (slurm, _, _) = run(script, FakeSlurm { requeueable: true, ..FakeSlurm::default() }, 6);
+    let (slurm, _, _) = run(
+        script,
+        FakeSlurm {
+            requeueable: true,
+            ..FakeSlurm::default()
+        },
+        6,
+    );
     assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
 }
 
 #[test]
 fn nvml_failures_are_logged_once_and_never_act() {
-    let script = vec![Err("GPU is lost".into()), Err("GPU is lost".into()), Err("GPU is lost".into())];
-    let (slurm, lines, _) = run(script, FakeSlurm { requeueable: true, ..FakeSlurm::default() }, 6);
+    let script = vec![
+        Err("GPU is lost".into()),
+        Err("GPU is lost".into()),
+        Err("GPU is lost".into()),
+    ];
+    let (slurm, lines, _) = run(
+        script,
+        FakeSlurm {
+            requeueable: true,
+            ..FakeSlurm::default()
+        },
+        6,
+    );
     assert!(slurm.calls.is_empty());
     let errors: Vec<_> = lines.lines.iter().filter(|l| l.starts_with("error")).collect();
     assert_eq!(errors.len(), 1, "{:?}", lines.lines);
@@ -185,12 +242,23 @@ fn nvml_failures_are_logged_once_and_never_act() {
 
 #[test]
 fn no_action_without_the_record_and_a_retry_later() {
-    let slurm = FakeSlurm { requeueable: true, fail_comment_writes: 1, fail_job_reads: 1, ..FakeSlurm::default() };
+    let slurm = FakeSlurm {
+        requeueable: true,
+        fail_comment_writes: 1,
+        fail_job_reads: 1,
+        ..FakeSlurm::default()
+    };
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 14);
     // First attempt: slurmctld unreachable; second: record refused; third: recorded and requeued.
     assert_eq!(slurm.calls, vec!["comment", "requeue"], "{:?}", lines.lines);
-    assert!(lines.lines.iter().any(|l| l.contains("cannot read the job from slurmctld")));
-    assert!(lines.lines.iter().any(|l| l.contains("the record cannot be written") && l.contains("not acting blind")));
+    assert!(lines
+        .lines
+        .iter()
+        .any(|l| l.contains("cannot read the job from slurmctld")));
+    assert!(lines
+        .lines
+        .iter()
+        .any(|l| l.contains("the record cannot be written") && l.contains("not acting blind")));
 }
 
 #[test]
@@ -201,7 +269,11 @@ fn escalation_and_jobs_that_cannot_be_requeued() {
         entry.count_event(record::EventKind::Requeued, 1);
     }
     let earlier = record::merge("", &entry).admin_comment;
-    let slurm = FakeSlurm { requeueable: true, admin_comment: earlier, ..FakeSlurm::default() };
+    let slurm = FakeSlurm {
+        requeueable: true,
+        admin_comment: earlier,
+        ..FakeSlurm::default()
+    };
     let (slurm, _, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
     assert_eq!(slurm.calls, vec!["comment", "requeue-hold"]);
 

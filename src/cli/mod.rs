@@ -27,6 +27,11 @@ pub const COMMANDS: &[Command] = &[
         summary: "predict a training job's per-GPU memory and fit it to a quota",
         run: plan::run,
     },
+    Command {
+        name: "watchdog",
+        summary: "watch one job's GPU memory on this node (started by the plugin, as root)",
+        run: watchdog::run,
+    },
 ];
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

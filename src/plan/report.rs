@@ -2,8 +2,8 @@
 
 use super::breakdown::Phase;
 use super::job::{Checkpointing, Finetune, Job, LoraTargets, Offload, Optimizer, Precision, Sharding};
-use crate::json::Json;
 use super::search::Plan;
+use crate::json::Json;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

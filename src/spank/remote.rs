@@ -49,7 +49,9 @@ struct Watch {
 static STEP: Mutex<Option<StepPlan>> = Mutex::new(None);
 
 fn step_plan() -> Option<StepPlan> {
-    STEP.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    STEP.lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
 }
 
 pub fn user_init(spank: &Spank) -> Result<(), String> {
@@ -84,7 +86,10 @@ pub fn task_post_fork(spank: &Spank) -> Result<(), String> {
     let env = spawn::clean_environment(std::env::var("SLURM_CONF").ok().as_deref());
     // A failure to start the watchdog must not fail the job: log it, the job runs unwatched.
     if let Err(e) = spawn::spawn_detached(&watch.program, &watch.params.to_args(), &env) {
-        log::error(&format!("job {job}: cannot start the watchdog {}: {e}", watch.program.display()));
+        log::error(&format!(
+            "job {job}: cannot start the watchdog {}: {e}",
+            watch.program.display()
+        ));
     }
     Ok(())
 }
@@ -93,7 +98,9 @@ pub fn task_init(spank: &Spank) -> Result<(), String> {
     // Should user_init not have run in this process, decide here: the same inputs, the same answer.
     let plan = step_plan().unwrap_or_else(|| plan(spank));
     let job = job_label(spank);
-    let verdict = plan.verdict.map_err(|refusal| format!("job {job}: refusing to start the task: {refusal}"))?;
+    let verdict = plan
+        .verdict
+        .map_err(|refusal| format!("job {job}: refusing to start the task: {refusal}"))?;
     let mut vars = match verdict.quota {
         Some(quota) => job_env::quota_vars(quota),
         None => Vec::new(),
@@ -103,7 +110,9 @@ pub fn task_init(spank: &Spank) -> Result<(), String> {
         vars.push((job_env::STATUS_FILE, status.display().to_string()));
     }
     for (name, value) in vars {
-        spank.setenv(name, &value).map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
+        spank
+            .setenv(name, &value)
+            .map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
     }
     Ok(())
 }
@@ -148,8 +157,12 @@ fn plan(spank: &Spank) -> StepPlan {
         let gpu_total = policy.as_ref().ok().and_then(|config| {
             runtime::gpu_total(&config.enforcement.runtime_dir, gpus.as_deref().unwrap_or(&[]))
         });
-        let verdict =
-            admission::on_node(request.as_deref(), &policy, &who, gpu_total.map(crate::size::ByteSize::from_bytes))?;
+        let verdict = admission::on_node(
+            request.as_deref(),
+            &policy,
+            &who,
+            gpu_total.map(crate::size::ByteSize::from_bytes),
+        )?;
         let watch = match (&policy, gpus) {
             (Ok(config), Some(gpus)) => Some(Watch {
                 params: Params {
@@ -168,8 +181,14 @@ fn plan(spank: &Spank) -> StepPlan {
         Ok((verdict, watch))
     })();
     match decided {
-        Ok((verdict, watch)) => StepPlan { verdict: Ok(verdict), watch },
-        Err(refusal) => StepPlan { verdict: Err(refusal), watch: None },
+        Ok((verdict, watch)) => StepPlan {
+            verdict: Ok(verdict),
+            watch,
+        },
+        Err(refusal) => StepPlan {
+            verdict: Err(refusal),
+            watch: None,
+        },
     }
 }
 
@@ -197,5 +216,8 @@ fn identity(spank: &Spank) -> Result<Identity, String> {
 }
 
 fn job_label(spank: &Spank) -> String {
-    spank.job_id().map(|id| id.to_string()).unwrap_or_else(|_| "?".into())
+    spank
+        .job_id()
+        .map(|id| id.to_string())
+        .unwrap_or_else(|_| "?".into())
 }

@@ -26,7 +26,9 @@ impl Controller for SlurmController {
     }
 
     fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
-        self.tools.set_admin_comment(self.job_id, text).map_err(|e| e.to_string())
+        self.tools
+            .set_admin_comment(self.job_id, text)
+            .map_err(|e| e.to_string())
     }
 
     fn perform(&mut self, action: Action) -> Result<(), String> {
@@ -50,7 +52,11 @@ pub struct ProcAttributor {
 
 impl ProcAttributor {
     pub fn new(job_id: u32, proc_root: PathBuf) -> ProcAttributor {
-        ProcAttributor { job_id, proc_root, seen: HashMap::new() }
+        ProcAttributor {
+            job_id,
+            proc_root,
+            seen: HashMap::new(),
+        }
     }
 }
 

@@ -17,8 +17,8 @@ use super::log::Log;
 use super::params::Params;
 use super::status::Status;
 use super::{backoff, Controller, Flow, Reporter, Watchdog};
-use crate::config;
 use crate::attribute;
+use crate::config;
 use crate::runtime;
 use crate::slurmctl::SlurmTools;
 use crate::textfile;
@@ -33,7 +33,7 @@ fn install_signal_handlers() {
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_stop_signal as usize;
+        action.sa_sigaction = on_stop_signal as *const () as usize;
         libc::sigemptyset(&mut action.sa_mask);
         for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
             libc::sigaction(signal, &action, std::ptr::null_mut());
@@ -78,13 +78,23 @@ impl Reporter for LogReporter {
     fn status(&mut self, status: &Status) {
         // Write on change, and at least every 5 s so `updated_at` shows the watchdog is alive.
         let unchanged = self.last_status.as_ref().is_some_and(|last| {
-            Status { updated_at: status.updated_at, ..last.clone() } == *status
+            Status {
+                updated_at: status.updated_at,
+                ..last.clone()
+            } == *status
         });
-        if unchanged && self.last_written.is_some_and(|t| t.elapsed() < Duration::from_secs(5)) {
+        if unchanged
+            && self
+                .last_written
+                .is_some_and(|t| t.elapsed() < Duration::from_secs(5))
+        {
             return;
         }
         if let Err(e) = textfile::write_atomically(&self.dir, runtime::STATUS_FILE, &status.to_json()) {
-            self.log.error(&format!("cannot write the status file in {}: {e}", self.dir.display()));
+            self.log.error(&format!(
+                "cannot write the status file in {}: {e}",
+                self.dir.display()
+            ));
         }
         self.last_status = Some(status.clone());
         self.last_written = Some(Instant::now());
@@ -111,7 +121,9 @@ pub fn run(params: Params) -> ExitCode {
     let dir = match runtime::create_job_dir(&settings.runtime_dir, params.job_id, params.gid) {
         Ok(dir) => dir,
         Err(e) => {
-            log.error(&format!("cannot create the job's runtime directory: {e}; the job runs unwatched"));
+            log.error(&format!(
+                "cannot create the job's runtime directory: {e}; the job runs unwatched"
+            ));
             return ExitCode::FAILURE;
         }
     };
@@ -119,21 +131,30 @@ pub fn run(params: Params) -> ExitCode {
         Ok(Some(lock)) => lock,
         Ok(None) => return ExitCode::SUCCESS, // another step's watchdog already watches this job
         Err(e) => {
-            log.error(&format!("cannot lock {}: {e}; the job runs unwatched", dir.display()));
+            log.error(&format!(
+                "cannot lock {}: {e}; the job runs unwatched",
+                dir.display()
+            ));
             return ExitCode::FAILURE;
         }
     };
     install_signal_handlers();
     let proc_root = Path::new("/proc");
     let me = attribute::identify(proc_root, std::process::id());
-    if let Err(e) = me.ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat")).and_then(|me| runtime::write_pid_file(&dir, me)) {
+    if let Err(e) = me
+        .ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat"))
+        .and_then(|me| runtime::write_pid_file(&dir, me))
+    {
         log.error(&format!("cannot write the pid file: {e}"));
     }
     let mut tools = SlurmTools::find();
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         tools = tools.with_slurm_conf(&conf);
     }
-    let mut control = SlurmController { job_id: params.job_id, tools };
+    let mut control = SlurmController {
+        job_id: params.job_id,
+        tools,
+    };
     let node = hostname();
     let mut watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone());
     match control.job() {
@@ -143,23 +164,36 @@ pub fn run(params: Params) -> ExitCode {
     log.info(&format!(
         "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
         params.gpus.join(","),
-        params.quota.map(|q| q.to_string()).unwrap_or_else(|| "none (recording only)".into()),
+        params
+            .quota
+            .map(|q| q.to_string())
+            .unwrap_or_else(|| "none (recording only)".into()),
         settings.interval,
         settings.warn_threshold * 100.0,
         settings.grace,
         super::action_name(settings.action),
     ));
 
-    let mut reporter = LogReporter { log, dir: dir.clone(), last_status: None, last_written: None };
+    let mut reporter = LogReporter {
+        log,
+        dir: dir.clone(),
+        last_status: None,
+        last_written: None,
+    };
     let mut gpus = open_nvml(&settings, &params, &mut reporter);
     let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
     let mut last_check = Instant::now();
     if let Some(gpus) = gpus.as_mut() {
         while !STOP.load(Ordering::SeqCst) {
-            if watchdog.tick(Instant::now(), gpus, &mut attributor, &mut control, &mut reporter) == Flow::Stop {
+            if watchdog.tick(Instant::now(), gpus, &mut attributor, &mut control, &mut reporter) == Flow::Stop
+            {
                 break;
             }
-            let check_every = if watchdog.has_acted() { settings.interval } else { Duration::from_secs(30) };
+            let check_every = if watchdog.has_acted() {
+                settings.interval
+            } else {
+                Duration::from_secs(30)
+            };
             if last_check.elapsed() >= check_every {
                 last_check = Instant::now();
                 match still_running(&mut control, watchdog.run()) {
@@ -173,9 +207,24 @@ pub fn run(params: Params) -> ExitCode {
             }
         }
     }
-    let peaks: Vec<String> =
-        watchdog.usage().iter().map(|(i, u)| format!("GPU {i} peak {}", crate::size::ByteSize::from_bytes(u.peak).floor_mib())).collect();
-    reporter.info(&format!("stopping: {}", if peaks.is_empty() { "no GPU memory seen".into() } else { peaks.join(", ") }));
+    let peaks: Vec<String> = watchdog
+        .usage()
+        .iter()
+        .map(|(i, u)| {
+            format!(
+                "GPU {i} peak {}",
+                crate::size::ByteSize::from_bytes(u.peak).floor_mib()
+            )
+        })
+        .collect();
+    reporter.info(&format!(
+        "stopping: {}",
+        if peaks.is_empty() {
+            "no GPU memory seen".into()
+        } else {
+            peaks.join(", ")
+        }
+    ));
     if let Err(e) = runtime::remove_job_dir(&settings.runtime_dir, params.job_id) {
         reporter.error(&format!("cannot remove {}: {e}", dir.display()));
     }
@@ -183,7 +232,11 @@ pub fn run(params: Params) -> ExitCode {
 }
 
 /// Loads NVML, retrying with backoff: a driver that is not there yet may come (or the job ends).
-fn open_nvml(settings: &config::Enforcement, params: &Params, report: &mut LogReporter) -> Option<NvmlSource> {
+fn open_nvml(
+    settings: &config::Enforcement,
+    params: &Params,
+    report: &mut LogReporter,
+) -> Option<NvmlSource> {
     let mut attempt = 0;
     loop {
         match NvmlSource::open(&settings.nvml_library, &params.gpus) {
@@ -197,7 +250,9 @@ fn open_nvml(settings: &config::Enforcement, params: &Params, report: &mut LogRe
             }
             Err(e) => {
                 if attempt == 0 {
-                    report.error(&format!("{e}: the job runs unchecked until NVML answers (retrying with backoff)"));
+                    report.error(&format!(
+                        "{e}: the job runs unchecked until NVML answers (retrying with backoff)"
+                    ));
                 }
                 if sleep_or_stop(backoff(attempt)) {
                     return None;
@@ -211,8 +266,11 @@ fn open_nvml(settings: &config::Enforcement, params: &Params, report: &mut LogRe
 /// `<runtime_dir>/gpus`: the node's GPUs and their sizes, so the plugin can resolve percent quotas
 /// against the real GPU (it does no NVML itself).
 fn write_inventory(runtime_dir: &Path, source: &NvmlSource, report: &mut LogReporter) {
-    let text: String =
-        source.inventory().iter().map(|(index, uuid, total)| format!("{index} {uuid} {total}\n")).collect();
+    let text: String = source
+        .inventory()
+        .iter()
+        .map(|(index, uuid, total)| format!("{index} {uuid} {total}\n"))
+        .collect();
     if let Err(e) = textfile::write_atomically(runtime_dir, runtime::INVENTORY_FILE, &text) {
         report.warning(&format!("cannot write the GPU inventory: {e}"));
     }
@@ -222,6 +280,11 @@ fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes.
     let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let name = if ok { std::ffi::CStr::from_bytes_until_nul(&buf).ok() } else { None };
-    name.map(|n| n.to_string_lossy().split('.').next().unwrap_or("").to_string()).unwrap_or_else(|| "unknown".into())
+    let name = if ok {
+        std::ffi::CStr::from_bytes_until_nul(&buf).ok()
+    } else {
+        None
+    };
+    name.map(|n| n.to_string_lossy().split('.').next().unwrap_or("").to_string())
+        .unwrap_or_else(|| "unknown".into())
 }

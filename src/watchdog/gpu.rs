@@ -56,7 +56,12 @@ pub struct NvmlSource {
 
 /// A job's GPU as Slurm names it: `3` (gres index, the minor number of /dev/nvidia3) or a UUID.
 pub fn parse_gpu_list(text: &str) -> Result<Vec<String>, String> {
-    let list: Vec<String> = text.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+    let list: Vec<String> = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
     for gpu in &list {
         let uuid = gpu.starts_with("GPU-") || gpu.starts_with("MIG-");
         if !uuid && gpu.parse::<u32>().is_err() {
@@ -78,7 +83,10 @@ impl NvmlSource {
     /// lists them: indices match a device's minor number, the N of /dev/nvidiaN, else NVML's own
     /// index; UUIDs match exactly). A GPU is named by its minor number where NVML knows it.
     pub fn open(library: &Path, gpus: &[String]) -> Result<NvmlSource, String> {
-        let nvml = Nvml::builder().lib_path(OsStr::new(library)).init().map_err(describe)?;
+        let nvml = Nvml::builder()
+            .lib_path(OsStr::new(library))
+            .init()
+            .map_err(describe)?;
         let count = nvml.device_count().map_err(describe)?;
         let mut devices = Vec::new();
         for nvml_index in 0..count {
@@ -99,10 +107,16 @@ impl NvmlSource {
             })
             .collect();
         for wanted in gpus {
-            let hit = found.iter_mut().find(|g| &g.uuid == wanted || wanted.parse() == Ok(g.index));
+            let hit = found
+                .iter_mut()
+                .find(|g| &g.uuid == wanted || wanted.parse() == Ok(g.index));
             match hit {
                 Some(gpu) => gpu.listed = true,
-                None => return Err(format!("the job's GPU {wanted} is not among NVML's {count} device(s)")),
+                None => {
+                    return Err(format!(
+                        "the job's GPU {wanted} is not among NVML's {count} device(s)"
+                    ))
+                }
             }
         }
         Ok(NvmlSource { nvml, gpus: found })
@@ -112,9 +126,9 @@ impl NvmlSource {
         let device = self.nvml.device_by_index(gpu.nvml_index)?;
         let memory = device.memory_info()?;
         let mut processes = Vec::new();
-        for info in processes_of(&device, Device::running_compute_processes)?
+        for info in processes_of(&device, |d| d.running_compute_processes())?
             .into_iter()
-            .chain(processes_of(&device, Device::running_graphics_processes)?)
+            .chain(processes_of(&device, |d| d.running_graphics_processes())?)
         {
             let used = match info.used_gpu_memory {
                 UsedGpuMemory::Used(bytes) => Some(bytes),
@@ -135,9 +149,9 @@ impl NvmlSource {
 
 /// NVML's process lists may grow between its count and fill calls; nvml-wrapper then reports
 /// `InsufficientSize`. Ask again a few times before giving the sample up.
-fn processes_of(
-    device: &Device,
-    list: fn(&Device) -> Result<Vec<ProcessInfo>, NvmlError>,
+fn processes_of<'d, 'n>(
+    device: &'d Device<'n>,
+    list: impl Fn(&'d Device<'n>) -> Result<Vec<ProcessInfo>, NvmlError>,
 ) -> Result<Vec<ProcessInfo>, NvmlError> {
     let mut attempt = 0;
     loop {
@@ -153,7 +167,10 @@ impl GpuSource for NvmlSource {
     fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
         self.gpus
             .iter()
-            .map(|gpu| self.sample_one(gpu).map_err(|e| format!("GPU {} ({}): {}", gpu.index, gpu.uuid, describe(e))))
+            .map(|gpu| {
+                self.sample_one(gpu)
+                    .map_err(|e| format!("GPU {} ({}): {}", gpu.index, gpu.uuid, describe(e)))
+            })
             .collect()
     }
 
@@ -165,7 +182,10 @@ impl GpuSource for NvmlSource {
 impl NvmlSource {
     /// The node's GPUs as `(index, uuid, total bytes)`, for the inventory file the plugin reads.
     pub fn inventory(&self) -> Vec<(u32, String, u64)> {
-        self.gpus.iter().map(|g| (g.index, g.uuid.clone(), g.total)).collect()
+        self.gpus
+            .iter()
+            .map(|g| (g.index, g.uuid.clone(), g.total))
+            .collect()
     }
 }
 

@@ -14,7 +14,9 @@ pub enum Step {
     /// Usage fell back below the warn threshold after a warning.
     Recovered,
     /// Usage is over the quota; the grace period runs until `deadline`.
-    Over { deadline: Instant },
+    Over {
+        deadline: Instant,
+    },
     /// Over the quota for longer than the grace period: act now (once).
     Act,
 }
@@ -29,7 +31,14 @@ pub struct Ladder {
 
 impl Ladder {
     /// Feeds one sample: the highest usage over the job's GPUs against the quota per GPU.
-    pub fn observe(&mut self, used: u64, quota: u64, now: Instant, warn_threshold: f64, grace: Duration) -> Step {
+    pub fn observe(
+        &mut self,
+        used: u64,
+        quota: u64,
+        now: Instant,
+        warn_threshold: f64,
+        grace: Duration,
+    ) -> Step {
         if self.acted {
             return Step::Nothing;
         }
@@ -41,11 +50,21 @@ impl Ladder {
                 self.acted = true;
                 return Step::Act;
             }
-            return if first_warning { Step::Warn } else { Step::Over { deadline: since + grace } };
+            return if first_warning {
+                Step::Warn
+            } else {
+                Step::Over {
+                    deadline: since + grace,
+                }
+            };
         }
         self.over_since = None;
         if used >= warn_at {
-            return if std::mem::replace(&mut self.warned, true) { Step::Nothing } else { Step::Warn };
+            return if std::mem::replace(&mut self.warned, true) {
+                Step::Nothing
+            } else {
+                Step::Warn
+            };
         }
         if std::mem::replace(&mut self.warned, false) {
             return Step::Recovered;
@@ -118,7 +137,11 @@ mod tests {
             (15, 50 * G, Step::Nothing), // acted once, never again
         ];
         for &(at, used, expected) in table {
-            assert_eq!(ladder.observe(used, 40 * G, s(at), 0.9, grace), expected, "t={at}s used={used}");
+            assert_eq!(
+                ladder.observe(used, 40 * G, s(at), 0.9, grace),
+                expected,
+                "t={at}s used={used}"
+            );
         }
     }
 
@@ -129,7 +152,10 @@ mod tests {
         let mut ladder = Ladder::default();
         assert_eq!(ladder.observe(50 * G, 40 * G, t0, 0.9, grace), Step::Warn);
         assert!(ladder.is_over());
-        assert_eq!(ladder.observe(20 * G, 40 * G, t0 + Duration::from_secs(5), 0.9, grace), Step::Recovered);
+        assert_eq!(
+            ladder.observe(20 * G, 40 * G, t0 + Duration::from_secs(5), 0.9, grace),
+            Step::Recovered
+        );
         assert!(!ladder.is_over());
         // The grace period starts again.
         let t = t0 + Duration::from_secs(12);
@@ -143,29 +169,56 @@ mod tests {
     #[test]
     fn zero_grace_acts_on_the_first_sample_over() {
         let mut ladder = Ladder::default();
-        assert_eq!(ladder.observe(41 * G, 40 * G, Instant::now(), 0.9, Duration::ZERO), Step::Act);
+        assert_eq!(
+            ladder.observe(41 * G, 40 * G, Instant::now(), 0.9, Duration::ZERO),
+            Step::Act
+        );
     }
 
     #[test]
     fn exactly_the_quota_is_not_over() {
         let mut ladder = Ladder::default();
-        assert_eq!(ladder.observe(40 * G, 40 * G, Instant::now(), 0.9, Duration::ZERO), Step::Warn);
+        assert_eq!(
+            ladder.observe(40 * G, 40 * G, Instant::now(), 0.9, Duration::ZERO),
+            Step::Warn
+        );
         assert!(!ladder.is_over());
     }
 
     #[test]
     fn action_table() {
         let settings = Enforcement::default(); // requeue, max 3, escalation requeue-hold, no-requeue: cancel
-        let facts = |requeueable, requeues_by_us| JobFacts { requeueable, requeues_by_us };
+        let facts = |requeueable, requeues_by_us| JobFacts {
+            requeueable,
+            requeues_by_us,
+        };
         assert_eq!(choose_action(&settings, facts(true, 0)).0, Action::Requeue);
         assert_eq!(choose_action(&settings, facts(true, 2)).0, Action::Requeue);
         assert_eq!(choose_action(&settings, facts(true, 3)).0, Action::RequeueHold);
-        assert!(choose_action(&settings, facts(true, 3)).1.unwrap().contains("escalating"));
+        assert!(choose_action(&settings, facts(true, 3))
+            .1
+            .unwrap()
+            .contains("escalating"));
         assert_eq!(choose_action(&settings, facts(false, 0)).0, Action::Cancel);
-        assert!(choose_action(&settings, facts(false, 0)).1.unwrap().contains("cannot be requeued"));
-        let warn_only = Enforcement { action: Action::WarnOnly, ..Enforcement::default() };
-        assert_eq!(choose_action(&warn_only, facts(false, 9)), (Action::WarnOnly, None));
-        let escalate_to_warn = Enforcement { escalation: Action::WarnOnly, ..Enforcement::default() };
-        assert_eq!(choose_action(&escalate_to_warn, facts(false, 5)).0, Action::WarnOnly);
+        assert!(choose_action(&settings, facts(false, 0))
+            .1
+            .unwrap()
+            .contains("cannot be requeued"));
+        let warn_only = Enforcement {
+            action: Action::WarnOnly,
+            ..Enforcement::default()
+        };
+        assert_eq!(
+            choose_action(&warn_only, facts(false, 9)),
+            (Action::WarnOnly, None)
+        );
+        let escalate_to_warn = Enforcement {
+            escalation: Action::WarnOnly,
+            ..Enforcement::default()
+        };
+        assert_eq!(
+            choose_action(&escalate_to_warn, facts(false, 5)).0,
+            Action::WarnOnly
+        );
     }
 }

@@ -92,7 +92,10 @@ pub struct Watchdog {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl Watchdog {
@@ -126,7 +129,10 @@ impl Watchdog {
 
     /// The job's memory on each GPU: the sum over the job's own processes only.
     /// GPUs Slurm did not list for the job appear only where the job's processes hold memory.
-    fn job_usage(samples: &[GpuSample], attributor: &mut dyn Attributor) -> Vec<(u32, String, u64, u64, u32)> {
+    fn job_usage(
+        samples: &[GpuSample],
+        attributor: &mut dyn Attributor,
+    ) -> Vec<(u32, String, u64, u64, u32)> {
         samples
             .iter()
             .filter_map(|gpu| {
@@ -158,7 +164,10 @@ impl Watchdog {
         let samples = match gpus.sample() {
             Ok(samples) => {
                 if self.sample_errors > 0 {
-                    report.info(&format!("NVML answers again after {} failed sample(s)", self.sample_errors));
+                    report.info(&format!(
+                        "NVML answers again after {} failed sample(s)",
+                        self.sample_errors
+                    ));
                     self.sample_errors = 0;
                 }
                 samples
@@ -166,7 +175,9 @@ impl Watchdog {
             Err(e) => {
                 // Log the first failure and then every 100th: a lost GPU must not flood the log.
                 if self.sample_errors % 100 == 0 {
-                    report.error(&format!("cannot sample GPU memory: {e}; the job keeps running unchecked"));
+                    report.error(&format!(
+                        "cannot sample GPU memory: {e}; the job keeps running unchecked"
+                    ));
                 }
                 self.sample_errors += 1;
                 return Flow::Continue;
@@ -192,7 +203,13 @@ impl Watchdog {
         if self.acted.is_some() {
             return Flow::Continue;
         }
-        let step = self.ladder.observe(worst, quota, now, self.settings.warn_threshold, self.settings.grace);
+        let step = self.ladder.observe(
+            worst,
+            quota,
+            now,
+            self.settings.warn_threshold,
+            self.settings.grace,
+        );
         match step {
             Step::Nothing => {}
             Step::Warn => {
@@ -233,7 +250,13 @@ impl Watchdog {
         // Never act on a stale picture: processes may have exited or PIDs been reused since.
         let confirmed = gpus
             .sample()
-            .map(|s| Self::job_usage(&s, attributor).iter().map(|u| u.3).max().unwrap_or(0))
+            .map(|s| {
+                Self::job_usage(&s, attributor)
+                    .iter()
+                    .map(|u| u.3)
+                    .max()
+                    .unwrap_or(0)
+            })
             .unwrap_or(0);
         if confirmed <= quota {
             report.info("over the quota no more on a fresh sample: nothing done");
@@ -243,7 +266,9 @@ impl Watchdog {
         let job = match control.job() {
             Ok(job) => job,
             Err(e) => {
-                report.error(&format!("cannot read the job from slurmctld ({e}); will try again, the job keeps running"));
+                report.error(&format!(
+                    "cannot read the job from slurmctld ({e}); will try again, the job keeps running"
+                ));
                 self.ladder = Ladder::default();
                 return;
             }
@@ -253,10 +278,17 @@ impl Watchdog {
             .flatten()
             .map(|r| r.totals().events.get(EventKind::Requeued) + r.totals().events.get(EventKind::Held))
             .unwrap_or(0);
-        let facts = JobFacts { requeueable: job.requeueable, requeues_by_us };
+        let facts = JobFacts {
+            requeueable: job.requeueable,
+            requeues_by_us,
+        };
         let (action, why) = ladder::choose_action(&self.settings, facts);
         let used = ByteSize::from_bytes(confirmed).floor_mib();
-        let what = format!("GPU memory {used} over its {} quota for longer than {:?}", ByteSize::from_bytes(quota), self.settings.grace);
+        let what = format!(
+            "GPU memory {used} over its {} quota for longer than {:?}",
+            ByteSize::from_bytes(quota),
+            self.settings.grace
+        );
         if let Some(why) = &why {
             report.info(why);
         }
@@ -275,7 +307,9 @@ impl Watchdog {
             }
             let merged = record::merge(&job.admin_comment, record);
             if let Err(e) = control.set_admin_comment(&merged.admin_comment) {
-                report.error(&format!("{what}, but the record cannot be written ({e}): not acting blind; will try again"));
+                report.error(&format!(
+                    "{what}, but the record cannot be written ({e}): not acting blind; will try again"
+                ));
                 self.ladder = Ladder::default();
                 return;
             }
@@ -287,7 +321,10 @@ impl Watchdog {
                 self.state = status::JobHealth::Acted;
             }
             Err(e) => {
-                report.error(&format!("{what}, but {} failed: {e}; will try again", action_name(action)));
+                report.error(&format!(
+                    "{what}, but {} failed: {e}; will try again",
+                    action_name(action)
+                ));
                 self.ladder = Ladder::default();
             }
         }

@@ -36,16 +36,22 @@ impl Params {
     }
 
     pub fn from_args(argv: &[String]) -> Result<Params, String> {
-        let p = args::parse(argv, &["job", "uid", "gid", "gpus", "config", "quota-bytes"], &["help"])?;
+        let p = args::parse(
+            argv,
+            &["job", "uid", "gid", "gpus", "config", "quota-bytes"],
+            &["help"],
+        )?;
         let number = |key: &str| -> Result<u32, String> {
             let text = p.value(key).ok_or_else(|| format!("--{key} is required"))?;
-            text.parse().map_err(|_| format!("--{key}: '{text}' is not a number"))
+            text.parse()
+                .map_err(|_| format!("--{key}: '{text}' is not a number"))
         };
         let quota = match p.value("quota-bytes") {
             None => None,
-            Some(text) => {
-                Some(ByteSize::from_bytes(text.parse().map_err(|_| format!("--quota-bytes: '{text}' is not a number"))?))
-            }
+            Some(text) => Some(ByteSize::from_bytes(
+                text.parse()
+                    .map_err(|_| format!("--quota-bytes: '{text}' is not a number"))?,
+            )),
         };
         let gpus = crate::watchdog::gpu::parse_gpu_list(p.value("gpus").unwrap_or(""))?;
         let config = PathBuf::from(p.value("config").ok_or("--config is required")?);
@@ -55,7 +61,14 @@ impl Params {
         if !p.positional.is_empty() {
             return Err(format!("unexpected argument '{}'", p.positional[0]));
         }
-        Ok(Params { job_id: number("job")?, uid: number("uid")?, gid: number("gid")?, quota, gpus, config })
+        Ok(Params {
+            job_id: number("job")?,
+            uid: number("uid")?,
+            gid: number("gid")?,
+            quota,
+            gpus,
+            config,
+        })
     }
 }
 
@@ -80,7 +93,11 @@ mod tests {
     #[test]
     fn refuses_nonsense() {
         let argv = |words: &[&str]| words.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(Params::from_args(&argv(&["--job=x", "--uid=1", "--gid=1", "--config=/c"])).unwrap_err().contains("--job"));
+        assert!(
+            Params::from_args(&argv(&["--job=x", "--uid=1", "--gid=1", "--config=/c"]))
+                .unwrap_err()
+                .contains("--job")
+        );
         assert!(Params::from_args(&argv(&["--job=1", "--uid=1", "--gid=1", "--config=c"])).is_err());
     }
 }

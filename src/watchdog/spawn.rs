@@ -14,7 +14,10 @@ use std::path::Path;
 
 /// The environment the watchdog gets: a fixed PATH and, when set, where Slurm's config lives.
 pub fn clean_environment(slurm_conf: Option<&str>) -> Vec<String> {
-    let mut env = vec!["PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string(), "LANG=C".to_string()];
+    let mut env = vec![
+        "PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        "LANG=C".to_string(),
+    ];
     if let Some(conf) = slurm_conf {
         env.push(format!("SLURM_CONF={conf}"));
     }
@@ -24,7 +27,8 @@ pub fn clean_environment(slurm_conf: Option<&str>) -> Vec<String> {
 /// Forks a detached `program args...` with `env`. Returns once the intermediate child is gone;
 /// the watchdog itself is not our child.
 pub fn spawn_detached(program: &Path, args: &[String], env: &[String]) -> io::Result<()> {
-    let to_c = |s: &str| CString::new(s).map_err(|e: NulError| io::Error::new(io::ErrorKind::InvalidInput, e));
+    let to_c =
+        |s: &str| CString::new(s).map_err(|e: NulError| io::Error::new(io::ErrorKind::InvalidInput, e));
     let program_c = to_c(&program.to_string_lossy())?;
     let mut argv_c = vec![program_c.clone()];
     for a in args {

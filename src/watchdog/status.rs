@@ -67,7 +67,10 @@ impl Status {
             ("job_id", Json::Int(self.job_id.into())),
             ("updated_at", Json::Int(self.updated_at)),
             ("state", Json::str(self.health.name())),
-            ("quota_bytes", self.quota_bytes.map(Json::Int).unwrap_or(Json::Null)),
+            (
+                "quota_bytes",
+                self.quota_bytes.map(Json::Int).unwrap_or(Json::Null),
+            ),
             ("action", self.action.map(Json::str).unwrap_or(Json::Null)),
             ("gpus", Json::Arr(gpus)),
         ])
@@ -89,7 +92,13 @@ mod tests {
             health: JobHealth::Warn,
             quota_bytes: Some(40),
             action: None,
-            gpus: vec![GpuStatus { index: 0, uuid: "GPU-a".into(), used_bytes: 37, peak_bytes: 38, total_bytes: 80 }],
+            gpus: vec![GpuStatus {
+                index: 0,
+                uuid: "GPU-a".into(),
+                used_bytes: 37,
+                peak_bytes: 38,
+                total_bytes: 80,
+            }],
         };
         assert_eq!(
             status.to_json(),

@@ -3,5 +3,5 @@
 
 mod plugin;
 mod policy;
-mod watchdog;
 mod support;
+mod watchdog;

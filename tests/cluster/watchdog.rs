@@ -34,8 +34,15 @@ fn watchdog_pids(job: u32) -> Vec<u32> {
 /// After the job is gone: no watchdog process and no runtime files are left for it.
 fn assert_cleaned_up(job: u32) {
     let dir = runtime_dir().join("jobs").join(job.to_string());
-    let clean = wait_until(Duration::from_secs(10), || watchdog_pids(job).is_empty() && !dir.exists());
-    assert!(clean, "job {job}: watchdog {:?} or {} left behind", watchdog_pids(job), dir.display());
+    let clean = wait_until(Duration::from_secs(10), || {
+        watchdog_pids(job).is_empty() && !dir.exists()
+    });
+    assert!(
+        clean,
+        "job {job}: watchdog {:?} or {} left behind",
+        watchdog_pids(job),
+        dir.display()
+    );
 }
 
 fn syslog() -> String {
@@ -44,7 +51,10 @@ fn syslog() -> String {
 
 fn job_field(job: u32, key: &str) -> String {
     let show = admin("scontrol", &["show", "job", "-o", &job.to_string()]);
-    let start = show.find(&format!(" {key}=")).map(|i| i + key.len() + 2).unwrap_or(show.len());
+    let start = show
+        .find(&format!(" {key}="))
+        .map(|i| i + key.len() + 2)
+        .unwrap_or(show.len());
     show[start..].split(' ').next().unwrap_or("").to_string()
 }
 
@@ -56,8 +66,16 @@ fn a_job_under_its_quota_runs_untouched_and_its_peak_is_logged() {
     let script = format!("{CLAIM}; claim 30G; sleep 3; cat \"$GPU_MEM_QUOTA_STATUS_FILE\"; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
-    assert!(job.output.contains("\"state\":\"ok\""), "status file: {}", job.output);
-    assert!(job.output.contains("\"used_bytes\":32212254720"), "status file: {}", job.output);
+    assert!(
+        job.output.contains("\"state\":\"ok\""),
+        "status file: {}",
+        job.output
+    );
+    assert!(
+        job.output.contains("\"used_bytes\":32212254720"),
+        "status file: {}",
+        job.output
+    );
     assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
     assert_eq!(job_field(job.id, "Restarts"), "0");
     assert_cleaned_up(job.id);
@@ -79,10 +97,24 @@ fn the_warn_threshold_shows_in_the_status_file_within_an_interval() {
          echo after=$i; cat \"$GPU_MEM_QUOTA_STATUS_FILE\"; rm -f {FAKE_NVML}/procs/$GPU/$$"
     );
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
-    assert!(job.output.contains("\"state\":\"warn\""), "job {}: {}", job.id, job.output);
+    assert!(
+        job.output.contains("\"state\":\"warn\""),
+        "job {}: {}",
+        job.id,
+        job.output
+    );
     // Two checks of a quarter second each = one 500 ms interval (plus the first sample's start).
-    let after: u32 = job.output.split("after=").nth(1).and_then(|s| s.lines().next()?.parse().ok()).unwrap_or(99);
-    assert!(after <= 8, "the warning took {after} quarter-seconds: {}", job.output);
+    let after: u32 = job
+        .output
+        .split("after=")
+        .nth(1)
+        .and_then(|s| s.lines().next()?.parse().ok())
+        .unwrap_or(99);
+    assert!(
+        after <= 8,
+        "the warning took {after} quarter-seconds: {}",
+        job.output
+    );
     assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
     assert_cleaned_up(job.id);
 }
@@ -90,35 +122,75 @@ fn the_warn_threshold_shows_in_the_status_file_within_an_interval() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_over_its_quota_is_requeued_then_escalated() {
-    let _policy = install_policy(&policy("action = \"requeue\"\nmax_requeues = 1\nescalation = \"cancel\"\n"));
+    let _policy = install_policy(&policy(
+        "action = \"requeue\"\nmax_requeues = 1\nescalation = \"cancel\"\n",
+    ));
     let dir = user_dir("wd-over");
     // Every run allocates 50G of its 40G quota and then waits; each run says which it is first.
-    let script = format!("echo run=${{SLURM_RESTART_COUNT:-0}}; {CLAIM}; claim 50G; sleep 120; echo not-stopped");
+    let script =
+        format!("echo run=${{SLURM_RESTART_COUNT:-0}}; {CLAIM}; claim 50G; sleep 120; echo not-stopped");
     let out_file = dir.join("job-%j.out").display().to_string();
     let submitted = as_user(
         "sbatch",
-        &["--parsable", "-o", &out_file, "--open-mode=append", "--gres=gpu:1", "--gpu-mem-quota=40G", "--wrap", &script],
+        &[
+            "--parsable",
+            "-o",
+            &out_file,
+            "--open-mode=append",
+            "--gres=gpu:1",
+            "--gpu-mem-quota=40G",
+            "--wrap",
+            &script,
+        ],
         &[],
     );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout).trim().parse().expect("job id");
+    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .expect("job id");
     let started = Instant::now();
 
     // First run: requeued within interval + grace + 1 s of running (the restart takes ~10 s more).
-    assert!(wait_until(Duration::from_secs(60), || job_field(job, "Restarts") == "1"), "job {job} never requeued");
+    assert!(
+        wait_until(Duration::from_secs(60), || job_field(job, "Restarts") == "1"),
+        "job {job} never requeued"
+    );
     let comment = job_field(job, "AdminComment");
-    assert!(comment.contains("gpu-mem-quota:v1{") && comment.contains("requeued=1"), "AdminComment: {comment}");
+    assert!(
+        comment.contains("gpu-mem-quota:v1{") && comment.contains("requeued=1"),
+        "AdminComment: {comment}"
+    );
     let log = syslog();
-    assert!(log.contains(&format!("job {job}: GPU memory 50G over its 40G quota")), "no requeue line in syslog");
+    assert!(
+        log.contains(&format!("job {job}: GPU memory 50G over its 40G quota")),
+        "no requeue line in syslog"
+    );
 
     // Second run: SLURM_RESTART_COUNT=1, over again, max_requeues reached: escalated to cancel.
-    let ended = wait_until(Duration::from_secs(90), || job_field(job, "JobState") == "CANCELLED");
-    assert!(ended, "job {job} not cancelled after {:?}: {}", started.elapsed(), job_field(job, "JobState"));
+    let ended = wait_until(Duration::from_secs(90), || {
+        job_field(job, "JobState") == "CANCELLED"
+    });
+    assert!(
+        ended,
+        "job {job} not cancelled after {:?}: {}",
+        started.elapsed(),
+        job_field(job, "JobState")
+    );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
-    assert!(output.contains("run=0") && output.contains("run=1"), "output: {output}");
+    assert!(
+        output.contains("run=0") && output.contains("run=1"),
+        "output: {output}"
+    );
     assert!(!output.contains("not-stopped"), "output: {output}");
-    assert!(syslog().contains(&format!("job {job}: requeued 1 time(s) for GPU memory already")), "no escalation line");
+    assert!(
+        syslog().contains(&format!("job {job}: requeued 1 time(s) for GPU memory already")),
+        "no escalation line"
+    );
     let comment = job_field(job, "AdminComment");
-    assert!(comment.contains("cancelled=1"), "AdminComment after the escalation: {comment}");
+    assert!(
+        comment.contains("cancelled=1"),
+        "AdminComment after the escalation: {comment}"
+    );
     assert_cleaned_up(job);
 }
 
@@ -131,12 +203,21 @@ fn another_jobs_memory_on_the_same_gpu_never_counts() {
     let claim = Path::new(FAKE_NVML).join(format!("procs/0/{}", stranger.id()));
     std::fs::write(&claim, "70G\n").unwrap();
     let dir = user_dir("wd-stranger");
-    let script = format!("{CLAIM}; echo gpu=$GPU; claim 5G; sleep 3; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
-    let job = sbatch_wait(&dir, &["--gres=gpu:1", "-w", &hostname(), "--gpu-mem-quota=40G"], &script);
+    let script =
+        format!("{CLAIM}; echo gpu=$GPU; claim 5G; sleep 3; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
+    let job = sbatch_wait(
+        &dir,
+        &["--gres=gpu:1", "-w", &hostname(), "--gpu-mem-quota=40G"],
+        &script,
+    );
     let _ = std::fs::remove_file(&claim);
     let _ = stranger.kill();
     let _ = stranger.wait();
-    assert!(job.output.contains("gpu=0"), "the job was not on GPU 0: {}", job.output);
+    assert!(
+        job.output.contains("gpu=0"),
+        "the job was not on GPU 0: {}",
+        job.output
+    );
     assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
     assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
     assert_eq!(job_field(job.id, "Restarts"), "0");
@@ -150,11 +231,25 @@ fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
     let out_file = dir.join("job-%j.out").display().to_string();
     let submitted = as_user(
         "sbatch",
-        &["--parsable", "-o", &out_file, "--gres=gpu:1", "--gpu-mem-quota=40G", "--wrap", "sleep 120"],
+        &[
+            "--parsable",
+            "-o",
+            &out_file,
+            "--gres=gpu:1",
+            "--gpu-mem-quota=40G",
+            "--wrap",
+            "sleep 120",
+        ],
         &[],
     );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout).trim().parse().expect("job id");
-    assert!(wait_until(Duration::from_secs(30), || !watchdog_pids(job).is_empty()), "job {job}: no watchdog");
+    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .expect("job id");
+    assert!(
+        wait_until(Duration::from_secs(30), || !watchdog_pids(job).is_empty()),
+        "job {job}: no watchdog"
+    );
     admin("scancel", &[&job.to_string()]);
     assert_cleaned_up(job);
 
@@ -168,16 +263,19 @@ fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn nvml_faults_never_harm_the_job() {
     // A missing NVML library: the job runs, the log says why it is unchecked.
-    let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n").replace(
-        "[enforcement]\n",
-        "[enforcement]\n",
-    ));
+    let _policy = install_policy(
+        &policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n")
+            .replace("[enforcement]\n", "[enforcement]\n"),
+    );
     let dir = user_dir("wd-faults");
     let script = format!("{CLAIM}; claim 50G; sleep 3; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
     assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
-    assert!(syslog().contains(&format!("job {}: cannot load the NVML library", job.id)), "no log line");
+    assert!(
+        syslog().contains(&format!("job {}: cannot load the NVML library", job.id)),
+        "no log line"
+    );
     assert_cleaned_up(job.id);
     drop(_policy);
 
@@ -191,11 +289,18 @@ fn nvml_faults_never_harm_the_job() {
         let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
         let _ = std::fs::remove_file(Path::new(FAKE_NVML).join("faults.toml"));
         let _ = std::fs::remove_file(Path::new(FAKE_NVML).join("faults.state"));
-        assert!(job.output.contains("done"), "{faults}: job {}: {}", job.id, job.output);
+        assert!(
+            job.output.contains("done"),
+            "{faults}: job {}: {}",
+            job.id,
+            job.output
+        );
         assert_eq!(job_field(job.id, "Restarts"), "0", "{faults}");
         if !expect.is_empty() {
             let log = syslog();
-            let line = log.lines().find(|l| l.contains(&format!("job {}: ", job.id)) && l.contains("NVML"));
+            let line = log
+                .lines()
+                .find(|l| l.contains(&format!("job {}: ", job.id)) && l.contains("NVML"));
             assert!(line.is_some(), "{faults}: no NVML line for job {}", job.id);
         }
         assert_cleaned_up(job.id);
