@@ -105,7 +105,8 @@ pub fn task_init(spank: &Spank) -> Result<(), String> {
         Some(quota) => job_env::quota_vars(quota),
         None => Vec::new(),
     };
-    if let Some(watch) = &plan.watch {
+    // The status file speaks of the quota: a job without one is left exactly as it was.
+    if let Some(watch) = plan.watch.as_ref().filter(|_| verdict.quota.is_some()) {
         let status = runtime::status_file(&watch.runtime_dir, watch.params.job_id);
         vars.push((job_env::STATUS_FILE, status.display().to_string()));
     }

@@ -132,7 +132,7 @@ pub fn quota_vars(text: &str, marker: &str) -> Vec<String> {
     let mut vars: Vec<String> = text
         .lines()
         .filter_map(|l| l.strip_prefix(marker))
-        .filter(|l| l.starts_with("GPU_MEM_QUOTA"))
+        .filter(|l| l.starts_with("GPU_MEM_QUOTA") && !l.starts_with("GPU_MEM_QUOTA_STATUS_FILE="))
         .map(str::to_string)
         .collect();
     vars.sort();
@@ -154,32 +154,45 @@ pub fn install_policy(text: &str) -> PolicyGuard {
     PolicyGuard
 }
 
-/// The lab's edges (fake NVML, runtime and state directories) put into a policy's `[enforcement]`,
-/// the way slurm/dev-cluster does for the example.
+/// The lab's edges (fake NVML, runtime and state directories) put into a policy's `[enforcement]`
+/// where it leaves them out or names the real system's (the example does), the way slurm/dev-cluster
+/// does for the example. A value a test sets on purpose (a missing library) is kept.
 pub fn lab_policy(text: &str) -> String {
     let lab = lab();
-    let keys = format!(
-        "nvml_library = \"{}\"\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n",
-        lab.join("lib/libnvidia-ml.so.1").display(),
-        lab.join("gmq/run").display(),
-        lab.join("gmq/state").display()
-    );
+    let lab_values = [
+        (
+            "nvml_library",
+            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+            lab.join("lib/libnvidia-ml.so.1"),
+        ),
+        ("runtime_dir", "/run/gpu-mem-quota", lab.join("gmq/run")),
+        ("state_dir", "/var/lib/gpu-mem-quota", lab.join("gmq/state")),
+    ];
     let mut out = String::new();
-    let mut placed = false;
+    let mut set = Vec::new();
     for line in text.lines() {
-        let is_key = |k: &str| line.trim_start().starts_with(k);
-        if !(is_key("nvml_library") || is_key("runtime_dir") || is_key("state_dir")) {
-            out.push_str(line);
-            out.push('\n');
+        let mut line = line.to_string();
+        for (key, system, ours) in &lab_values {
+            if let Some((k, v)) = line.split_once('=') {
+                if k.trim() == *key {
+                    set.push(*key);
+                    if v.trim().trim_matches('"') == *system {
+                        line = format!("{key} = \"{}\"", ours.display());
+                    }
+                }
+            }
         }
-        if line.trim() == "[enforcement]" {
-            out.push_str(&keys);
-            placed = true;
-        }
+        out.push_str(&line);
+        out.push('\n');
     }
-    if !placed {
-        out.push_str("\n[enforcement]\n");
-        out.push_str(&keys);
+    let missing: String = lab_values
+        .iter()
+        .filter(|(key, _, _)| !set.contains(key))
+        .map(|(key, _, ours)| format!("{key} = \"{}\"\n", ours.display()))
+        .collect();
+    match out.find("[enforcement]\n") {
+        Some(at) => out.insert_str(at + "[enforcement]\n".len(), &missing),
+        None => out.push_str(&format!("\n[enforcement]\n{missing}")),
     }
     out
 }
