@@ -104,6 +104,86 @@ pub struct Config {
     pub qos: BTreeMap<String, Rule>,
     pub partitions: BTreeMap<String, Rule>,
     pub enforcement: Enforcement,
+    /// `[frameworks]`: memory caps written into the environment of every job with a quota.
+    pub frameworks: Frameworks,
+    /// `[hints]`: OOM-rollback hints for a job restarted for GPU memory.
+    pub hints: HintSettings,
+    /// `[prediction]`: early warning from the usage trend.
+    pub prediction: Prediction,
+    /// `[metrics]`: Prometheus textfile-collector output.
+    pub metrics: Metrics,
+}
+
+/// `[frameworks]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frameworks {
+    pub switches: crate::hints::framework::FrameworkSwitches,
+    /// What a quota leaves aside for one process's CUDA context when it becomes a fraction.
+    pub context_reserve: ByteSize,
+}
+
+impl Default for Frameworks {
+    fn default() -> Self {
+        Frameworks {
+            switches: crate::hints::framework::FrameworkSwitches {
+                pytorch: true,
+                pytorch_memory_fraction: false,
+                jax: true,
+                tensorflow: true,
+                mps: false,
+            },
+            context_reserve: crate::hints::framework::DEFAULT_CONTEXT_RESERVE,
+        }
+    }
+}
+
+/// `[hints]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HintSettings {
+    /// A previous run that peaked within this fraction of its quota or of the GPU counts as near-OOM.
+    pub near_margin: f64,
+    /// The batch scale aims this fraction below the quota.
+    pub safety_margin: f64,
+    /// Memory that does not scale with the batch (weights, optimizer state, CUDA context), when the
+    /// site knows it; otherwise it is taken as 0 (the hints then shrink the batch more than needed).
+    pub fixed_memory: Option<ByteSize>,
+}
+
+impl Default for HintSettings {
+    fn default() -> Self {
+        HintSettings { near_margin: 0.05, safety_margin: 0.10, fixed_memory: None }
+    }
+}
+
+/// `[prediction]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    pub enabled: bool,
+    /// Warn when the trend crosses the quota sooner than this.
+    pub horizon: Duration,
+    /// Also send this signal to the job's processes on such a warning (none by default: a process
+    /// that does not handle SIGUSR1 dies of it).
+    pub signal: Option<i32>,
+}
+
+impl Default for Prediction {
+    fn default() -> Self {
+        Prediction { enabled: true, horizon: Duration::from_secs(300), signal: None }
+    }
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    /// node_exporter's textfile-collector directory; `None`: no metrics. A directory that does not
+    /// exist is skipped (with one log line), so the default costs nothing where node_exporter is not.
+    pub textfile_dir: Option<PathBuf>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics { textfile_dir: Some(PathBuf::from("/var/lib/prometheus/node-exporter")) }
+    }
 }
 
 impl Config {

@@ -42,6 +42,10 @@ pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> 
         qos,
         partitions,
         enforcement,
+        frameworks: Default::default(),
+        hints: Default::default(),
+        prediction: Default::default(),
+        metrics: Default::default(),
     })
 }
 
