@@ -281,3 +281,54 @@ fn escalation_and_jobs_that_cannot_be_requeued() {
     assert_eq!(slurm.calls, vec!["comment", "cancel"]);
     assert!(lines.lines.iter().any(|l| l.contains("cannot be requeued")));
 }
+
+/// `ticks` samples 2 s apart of `series(i)` bytes, with prediction on (horizon 5 min).
+fn run_trend(series: impl Fn(u64) -> u64, ticks: u64) -> (Lines, Watchdog) {
+    let prediction = gpu_mem_quota::config::Prediction {
+        enabled: true,
+        ..Default::default()
+    };
+    let mut watchdog =
+        Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings()).with_prediction(prediction);
+    watchdog.set_run(0);
+    let script = (0..ticks).map(|i| Ok((series(i), 0))).collect();
+    let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(script), FakeSlurm::default(), Lines::default());
+    let t0 = Instant::now();
+    for i in 0..ticks {
+        watchdog.tick(
+            t0 + Duration::from_secs(2 * i),
+            &mut gpus,
+            &mut ByPid,
+            &mut slurm,
+            &mut lines,
+        );
+    }
+    (lines, watchdog)
+}
+
+#[test]
+fn a_slow_leak_is_predicted_before_the_quota_and_shows_in_the_status() {
+    // 20G, growing 8 MiB/s: crosses 40G after ~43 min. Watch 38 min of it.
+    let (lines, _) = run_trend(|i| 20 * G + i * 2 * 8 * (1 << 20), 38 * 30);
+    let warning = lines
+        .lines
+        .iter()
+        .find(|l| l.contains("predicted to cross it in"));
+    assert!(warning.is_some(), "{:?}", lines.lines);
+    let status = lines.status.unwrap();
+    let prediction = status.prediction.expect("a prediction in the status");
+    assert!(prediction.seconds_to_quota <= 300, "{prediction:?}");
+    assert!(prediction.suggested_batch_scale < 100, "{prediction:?}");
+    assert!(status.to_json().contains("\"prediction\":{\"gpu_index\":0"));
+}
+
+#[test]
+fn the_saw_tooth_of_training_steps_never_warns() {
+    // Steps of 10 samples: 30G rising to 36G (90% of the quota), then freed, for 30 minutes.
+    let (lines, _) = run_trend(|i| 30 * G + (i % 10) * 6 * G / 10, 30 * 30);
+    assert!(
+        lines.lines.iter().all(|l| !l.contains("predicted")),
+        "{:?}",
+        lines.lines
+    );
+}

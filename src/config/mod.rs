@@ -151,7 +151,11 @@ pub struct HintSettings {
 
 impl Default for HintSettings {
     fn default() -> Self {
-        HintSettings { near_margin: 0.05, safety_margin: 0.10, fixed_memory: None }
+        HintSettings {
+            near_margin: 0.05,
+            safety_margin: 0.10,
+            fixed_memory: None,
+        }
     }
 }
 
@@ -168,7 +172,11 @@ pub struct Prediction {
 
 impl Default for Prediction {
     fn default() -> Self {
-        Prediction { enabled: true, horizon: Duration::from_secs(300), signal: None }
+        Prediction {
+            enabled: true,
+            horizon: Duration::from_secs(300),
+            signal: None,
+        }
     }
 }
 
@@ -182,7 +190,9 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics { textfile_dir: Some(PathBuf::from("/var/lib/prometheus/node-exporter")) }
+        Metrics {
+            textfile_dir: Some(PathBuf::from("/var/lib/prometheus/node-exporter")),
+        }
     }
 }
 

@@ -6,9 +6,11 @@
 //! user-facing reference for every variable.
 
 pub mod framework;
+pub mod previous;
 pub mod restart;
 
 pub use framework::{framework_vars, memory_fraction, CapInputs, FrameworkSwitches};
+pub use previous::previous_run;
 pub use restart::{
     batch_scale, hint_vars, restart_event, restart_hints, BatchAdvice, HintInputs, LastEvent, PreviousRun,
     RestartHints,

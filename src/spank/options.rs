@@ -39,7 +39,16 @@ pub const QUOTA: SpankOption = SpankOption {
     validate: |value| request::parse_quota_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
-pub const ALL: &[SpankOption] = &[QUOTA];
+pub const BATCH: SpankOption = SpankOption {
+    name: c"gpu-mem-batch",
+    arginfo: c"MICRO[xACCUM]",
+    usage: c"The job's batch geometry (e.g. 8x8: micro-batch 8, gradient accumulation 8). After a requeue for GPU \
+        memory the job is told a micro-batch and accumulation that keep the effective batch and fit its quota.",
+    val: 2,
+    validate: |value| crate::batch::parse_batch_option(value).map(drop).map_err(|e| e.to_string()),
+};
+
+pub const ALL: &[SpankOption] = &[QUOTA, BATCH];
 
 /// The values given on this submit host's command line (by option `val`), kept for the policy check
 /// in `init_post_opt`: Slurm's getopt does not work in the allocator context. Plain process state:
@@ -90,6 +99,7 @@ mod tests {
     #[test]
     fn table_uses_the_documented_names() {
         assert_eq!(QUOTA.name.to_str().unwrap(), request::QUOTA_OPTION);
+        assert_eq!(BATCH.name.to_str().unwrap(), crate::batch::BATCH_OPTION);
         // Slurm truncates option names longer than SPANK_OPTION_MAXLEN.
         assert!(ALL.iter().all(|o| o.name.to_bytes().len() <= 75));
         let mut vals: Vec<c_int> = ALL.iter().map(|o| o.val).collect();

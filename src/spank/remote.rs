@@ -13,6 +13,7 @@
 //! The option value reaches this process through the job's environment, which the user controls:
 //! it is validated again here.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -21,10 +22,13 @@ use super::{log, options};
 use crate::admission::{self, NodeVerdict};
 use crate::attribute::same_process;
 use crate::config;
+use crate::hints;
 use crate::job_env;
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
 use crate::quota::Identity;
 use crate::runtime;
+use crate::size::ByteSize;
+use crate::slurmctl::SlurmTools;
 use crate::watchdog::{gpu, params::Params, spawn};
 
 /// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
@@ -37,6 +41,17 @@ struct StepPlan {
     verdict: Result<NodeVerdict, String>,
     /// The watchdog to make sure of, when the policy is usable and the job has GPUs here.
     watch: Option<Watch>,
+    /// What the framework caps and restart hints need, when the policy is usable.
+    tuning: Option<Tuning>,
+}
+
+#[derive(Clone)]
+struct Tuning {
+    frameworks: config::Frameworks,
+    hints: config::HintSettings,
+    /// The GPU size quotas are measured against (the node's real one where known).
+    gpu_total: Option<ByteSize>,
+    visible_devices: u32,
 }
 
 #[derive(Clone)]
@@ -110,12 +125,101 @@ pub fn task_init(spank: &Spank) -> Result<(), String> {
         let status = runtime::status_file(&watch.runtime_dir, watch.params.job_id);
         vars.push((job_env::STATUS_FILE, status.display().to_string()));
     }
+    if let (Some(quota), Some(tuning)) = (verdict.quota, &plan.tuning) {
+        vars.extend(framework_caps(spank, quota, tuning));
+        if spank.step_id().ok() == Some(BATCH_STEP) {
+            vars.extend(restart_hints(spank, &job, quota, tuning));
+        }
+    }
     for (name, value) in vars {
         spank
             .setenv(name, &value)
             .map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
     }
     Ok(())
+}
+
+/// PyTorch, JAX, TensorFlow (and MPS) settings that keep a framework inside the quota, merged with
+/// (never overwriting) what the user set.
+fn framework_caps(spank: &Spank, quota: ByteSize, tuning: &Tuning) -> Vec<(&'static str, String)> {
+    let Some(gpu_total) = tuning.gpu_total else {
+        return Vec::new();
+    };
+    let user_env: BTreeMap<String, String> = hints::framework::FRAMEWORK_VARS
+        .iter()
+        .filter_map(|name| Some((name.to_string(), spank.getenv(name).ok().flatten()?)))
+        .collect();
+    hints::framework_vars(&hints::CapInputs {
+        quota,
+        gpu_total,
+        context_reserve: tuning.frameworks.context_reserve,
+        visible_devices: tuning.visible_devices,
+        switches: tuning.frameworks.switches,
+        user_env: &user_env,
+    })
+}
+
+/// On a restart (the batch step of a requeued job), what the record of the previous run says the
+/// job should change to fit. One controller round trip, on restarts only.
+fn restart_hints(spank: &Spank, job: &str, quota: ByteSize, tuning: &Tuning) -> Vec<(&'static str, String)> {
+    let restarts = spank
+        .getenv("SLURM_RESTART_COUNT")
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse::<u32>().ok());
+    if restarts.unwrap_or(0) == 0 {
+        return Vec::new();
+    }
+    let Ok(job_id) = spank.job_id() else {
+        return Vec::new();
+    };
+    let mut tools = SlurmTools::find();
+    if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
+        tools = tools.with_slurm_conf(&conf);
+    }
+    let admin_comment = match tools.show_job(job_id) {
+        Ok(info) => info.admin_comment,
+        Err(e) => {
+            log::error(&format!(
+                "job {job}: no restart hints: cannot read the job's record: {e}"
+            ));
+            return Vec::new();
+        }
+    };
+    let Some(previous) = hints::previous_run(&admin_comment) else {
+        return Vec::new();
+    };
+    let gpu_total = tuning.gpu_total.unwrap_or(quota);
+    let Some(last_event) = hints::restart_event(&previous, quota, gpu_total, tuning.hints.near_margin) else {
+        return Vec::new();
+    };
+    let batch = spank
+        .getopt(&options::BATCH)
+        .ok()
+        .flatten()
+        .and_then(|value| crate::batch::parse_batch_option(&value).ok());
+    let advice = hints::restart_hints(&hints::HintInputs {
+        restarts: previous.restarts,
+        last_event,
+        last_peak: previous.peak.unwrap_or(quota),
+        quota,
+        gpu_total,
+        fixed_estimate: tuning.hints.fixed_memory,
+        safety_margin: tuning.hints.safety_margin,
+        batch,
+    });
+    let mut line = format!(
+        "job {job}: restart hints after {last_event}: batch scale {}",
+        advice.batch_scale
+    );
+    if let Some(b) = &advice.batch {
+        line.push_str(&format!(
+            "; micro-batch {} x accumulation {} ({})",
+            b.micro, b.accum, b.reason
+        ));
+    }
+    log::info(&line);
+    hints::hint_vars(&advice)
 }
 
 /// The job is done on this node (extern step) or its batch script is (batch step): stop the watchdog.
@@ -162,8 +266,14 @@ fn plan(spank: &Spank) -> StepPlan {
             request.as_deref(),
             &policy,
             &who,
-            gpu_total.map(crate::size::ByteSize::from_bytes),
+            gpu_total.map(ByteSize::from_bytes),
         )?;
+        let tuning = policy.as_ref().ok().map(|config| Tuning {
+            frameworks: config.frameworks.clone(),
+            hints: config.hints.clone(),
+            gpu_total: gpu_total.map(ByteSize::from_bytes).or(config.gpu_memory),
+            visible_devices: gpus.as_ref().map_or(1, |g| g.len() as u32),
+        });
         let watch = match (&policy, gpus) {
             (Ok(config), Some(gpus)) => Some(Watch {
                 params: Params {
@@ -179,16 +289,18 @@ fn plan(spank: &Spank) -> StepPlan {
             }),
             _ => None,
         };
-        Ok((verdict, watch))
+        Ok((verdict, watch, tuning))
     })();
     match decided {
-        Ok((verdict, watch)) => StepPlan {
+        Ok((verdict, watch, tuning)) => StepPlan {
             verdict: Ok(verdict),
             watch,
+            tuning,
         },
         Err(refusal) => StepPlan {
             verdict: Err(refusal),
             watch: None,
+            tuning: None,
         },
     }
 }

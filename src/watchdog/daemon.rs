@@ -109,14 +109,15 @@ fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool,
 }
 
 pub fn run(params: Params) -> ExitCode {
-    let settings = match config::load(&params.config) {
-        Ok(config) => config.enforcement,
+    let policy = match config::load(&params.config) {
+        Ok(config) => config,
         Err(e) => {
             let mut log = Log::open(params.job_id, PathBuf::from(config::limits::STATE_DIR));
             log.error(&format!("the policy is unusable ({e}): no watchdog for this job"));
             return ExitCode::FAILURE;
         }
     };
+    let settings = policy.enforcement.clone();
     let mut log = Log::open(params.job_id, settings.state_dir.clone());
     let dir = match runtime::create_job_dir(&settings.runtime_dir, params.job_id, params.gid) {
         Ok(dir) => dir,
@@ -156,7 +157,10 @@ pub fn run(params: Params) -> ExitCode {
         tools,
     };
     let node = hostname();
-    let mut watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone());
+    let mut watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone())
+        .with_prediction(policy.prediction.clone());
+    let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
+    let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id);
     match control.job() {
         Ok(job) => watchdog.set_run(job.restarts),
         Err(e) => log.error(&format!("cannot read the job from slurmctld: {e}")),
@@ -188,6 +192,10 @@ pub fn run(params: Params) -> ExitCode {
             if watchdog.tick(Instant::now(), gpus, &mut attributor, &mut control, &mut reporter) == Flow::Stop
             {
                 break;
+            }
+            metrics.write(&watchdog.metrics(&user), &mut reporter);
+            if let Some((signal, pids)) = watchdog.take_signal() {
+                signal_job(proc_root, params.job_id, signal, &pids, &mut reporter);
             }
             let check_every = if watchdog.has_acted() {
                 settings.interval
@@ -225,10 +233,67 @@ pub fn run(params: Params) -> ExitCode {
             peaks.join(", ")
         }
     ));
+    metrics.remove(&mut reporter);
     if let Err(e) = runtime::remove_job_dir(&settings.runtime_dir, params.job_id) {
         reporter.error(&format!("cannot remove {}: {e}", dir.display()));
     }
     ExitCode::SUCCESS
+}
+
+/// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end.
+struct Metrics {
+    dir: Option<PathBuf>,
+    name: String,
+    last: Option<Instant>,
+}
+
+impl Metrics {
+    fn new(dir: Option<PathBuf>, job_id: u32) -> Metrics {
+        // A directory that is not there means no node_exporter here: no metrics, no noise.
+        let dir = dir.filter(|d| d.is_dir());
+        Metrics {
+            dir,
+            name: crate::metrics::file_name(job_id),
+            last: None,
+        }
+    }
+
+    fn write(&mut self, job: &crate::metrics::JobMetrics, report: &mut LogReporter) {
+        let Some(dir) = &self.dir else { return };
+        if self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        if let Err(e) = textfile::write_atomically(dir, &self.name, &crate::metrics::render(job)) {
+            report.error(&format!(
+                "cannot write metrics to {}: {e}; metrics off for this job",
+                dir.display()
+            ));
+            self.dir = None;
+        }
+    }
+
+    fn remove(&mut self, report: &mut LogReporter) {
+        if let Some(dir) = &self.dir {
+            if let Err(e) = textfile::remove(dir, &self.name) {
+                report.error(&format!("cannot remove {}/{}: {e}", dir.display(), self.name));
+            }
+        }
+    }
+}
+
+/// Sends the early-warning signal to the job's processes, each re-checked to still be the job's.
+fn signal_job(proc_root: &Path, job_id: u32, signal: i32, pids: &[u32], report: &mut LogReporter) {
+    let mut sent = 0;
+    for &pid in pids {
+        if attribute::owner_of(proc_root, pid).job_id() == Some(job_id) {
+            // SAFETY: kill on a pid just verified to belong to this job.
+            if unsafe { libc::kill(pid as libc::pid_t, signal) } == 0 {
+                sent += 1;
+            }
+        }
+    }
+    report.info(&format!("sent signal {signal} to {sent} process(es) of the job"));
 }
 
 /// Loads NVML, retrying with backoff: a driver that is not there yet may come (or the job ends).

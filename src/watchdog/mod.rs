@@ -18,10 +18,12 @@ pub mod params;
 pub mod spawn;
 pub mod status;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::config::{Action, Enforcement};
+use crate::config::{Action, Enforcement, Prediction};
+use crate::metrics::{GpuMetrics, JobMetrics};
+use crate::predict::{self, PredictParams, Sample};
 use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
@@ -89,6 +91,15 @@ pub struct Watchdog {
     acted: Option<Action>,
     sample_errors: u32,
     state: status::JobHealth,
+    prediction: Prediction,
+    /// The highest usage over the job's GPUs, sample by sample, for the trend.
+    history: VecDeque<Sample>,
+    started: Option<Instant>,
+    predicted: Option<status::PredictionStatus>,
+    /// Set when a new prediction fired and the site wants the job signalled; taken by the daemon.
+    signal_due: Option<i32>,
+    /// The job's processes on its GPUs at the last sample.
+    job_pids: Vec<u32>,
 }
 
 fn unix_now() -> u64 {
@@ -112,6 +123,105 @@ impl Watchdog {
             acted: None,
             sample_errors: 0,
             state: status::JobHealth::Ok,
+            prediction: Prediction {
+                enabled: false,
+                ..Prediction::default()
+            },
+            history: VecDeque::new(),
+            started: None,
+            predicted: None,
+            signal_due: None,
+            job_pids: Vec::new(),
+        }
+    }
+
+    /// The signal to send to the job's processes now (a new prediction fired), if any.
+    pub fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
+        self.signal_due
+            .take()
+            .map(|signal| (signal, self.job_pids.clone()))
+    }
+
+    /// Turns on the early warning from the usage trend.
+    pub fn with_prediction(mut self, prediction: Prediction) -> Watchdog {
+        self.prediction = prediction;
+        self
+    }
+
+    fn predict_params(&self) -> PredictParams {
+        PredictParams {
+            horizon: self.prediction.horizon,
+            ..PredictParams::default()
+        }
+    }
+
+    /// Keeps the trend's history and, when it predicts a crossing within the horizon, says so once
+    /// per episode. The predictor is built not to fire on the saw-tooth of training steps.
+    fn predict(&mut self, now: Instant, worst_gpu: u32, worst: u64, quota: u64, report: &mut dyn Reporter) {
+        let started = *self.started.get_or_insert(now);
+        let params = self.predict_params();
+        self.history.push_back(Sample {
+            at: now - started,
+            used_bytes: worst,
+        });
+        let keep = params.history + params.window;
+        while self
+            .history
+            .front()
+            .is_some_and(|s| (now - started).saturating_sub(s.at) > keep)
+        {
+            self.history.pop_front();
+        }
+        if !self.prediction.enabled {
+            return;
+        }
+        let samples: Vec<Sample> = self.history.iter().copied().collect();
+        let Some(eta) = predict::warning(&samples, ByteSize::from_bytes(quota), &params) else {
+            self.predicted = None;
+            return;
+        };
+        let projected = predict::fit_trend(&samples, &params)
+            .map(|t| t.peak_after(params.horizon).max(0.0) as u64)
+            .unwrap_or(worst)
+            .max(worst);
+        let scale = crate::hints::batch_scale(
+            ByteSize::from_bytes(projected.max(1)),
+            ByteSize::from_bytes(quota),
+            None,
+            0.10,
+        );
+        if self.predicted.is_none() {
+            self.signal_due = self.prediction.signal;
+            report.warning(&format!(
+                "GPU memory grows toward its {} quota: predicted to cross it in {}s (suggested batch scale {scale})",
+                ByteSize::from_bytes(quota),
+                eta.as_secs()
+            ));
+        }
+        self.predicted = Some(status::PredictionStatus {
+            gpu_index: worst_gpu,
+            seconds_to_quota: eta.as_secs(),
+            suggested_batch_scale: scale.get(),
+        });
+    }
+
+    /// The job's figures for Prometheus (node_exporter's textfile collector).
+    pub fn metrics(&self, user: &str) -> JobMetrics {
+        JobMetrics {
+            job_id: self.job_id,
+            user: user.to_string(),
+            gpus: self
+                .usage
+                .iter()
+                .map(|(&index, u)| GpuMetrics {
+                    index,
+                    uuid: u.uuid.clone(),
+                    used_bytes: u.used,
+                    quota_bytes: self.quota.map_or(0, ByteSize::bytes),
+                    peak_bytes: u.peak,
+                })
+                .collect(),
+            events: self.entry.as_ref().map(|e| e.facts.events).unwrap_or_default(),
         }
     }
 
@@ -125,6 +235,18 @@ impl Watchdog {
         if let Some(quota) = self.quota {
             self.entry = Some(record::Entry::new(&self.node, restarts, quota));
         }
+    }
+
+    /// The job's processes on its GPUs, as attributed.
+    fn job_pids(samples: &[GpuSample], attributor: &mut dyn Attributor) -> Vec<u32> {
+        let mut pids: Vec<u32> = samples
+            .iter()
+            .flat_map(|gpu| gpu.processes.iter().map(|p| p.pid))
+            .filter(|&pid| attributor.is_ours(pid) == Some(true))
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
     }
 
     /// The job's memory on each GPU: the sum over the job's own processes only.
@@ -183,7 +305,9 @@ impl Watchdog {
                 return Flow::Continue;
             }
         };
+        self.job_pids = Self::job_pids(&samples, attributor);
         let mut worst = 0u64;
+        let mut worst_gpu = 0u32;
         for (index, uuid, total, used, unavailable) in Self::job_usage(&samples, attributor) {
             let entry = self.usage.entry(index).or_default();
             entry.uuid = uuid;
@@ -191,7 +315,10 @@ impl Watchdog {
             entry.used = used;
             entry.peak = entry.peak.max(used);
             entry.unavailable = unavailable;
-            worst = worst.max(used);
+            if used >= worst {
+                worst = used;
+                worst_gpu = index;
+            }
             if let Some(record) = &mut self.entry {
                 record.observe_gpu(index, Some(&record::short_gpu_id(&entry.uuid)), used);
             }
@@ -203,6 +330,7 @@ impl Watchdog {
         if self.acted.is_some() {
             return Flow::Continue;
         }
+        self.predict(now, worst_gpu, worst, quota, report);
         let step = self.ladder.observe(
             worst,
             quota,
@@ -332,11 +460,22 @@ impl Watchdog {
 
     /// The status the job can read.
     pub fn status(&self, quota: Option<u64>) -> status::Status {
+        let gpu_health = |index: u32, used: u64| match quota {
+            Some(q) if used > q => status::JobHealth::OverQuota,
+            Some(q) if used as f64 >= q as f64 * self.settings.warn_threshold => status::JobHealth::Warn,
+            _ if self.predicted.is_some_and(|p| p.gpu_index == index) => status::JobHealth::Warn,
+            _ => status::JobHealth::Ok,
+        };
+        let health = match self.state {
+            status::JobHealth::Ok if self.predicted.is_some() => status::JobHealth::Warn,
+            state => state,
+        };
         status::Status {
             job_id: self.job_id,
             updated_at: unix_now(),
-            health: self.state,
+            health,
             quota_bytes: quota,
+            prediction: self.predicted,
             action: self.acted.map(action_name),
             gpus: self
                 .usage
@@ -347,6 +486,7 @@ impl Watchdog {
                     used_bytes: u.used,
                     peak_bytes: u.peak,
                     total_bytes: u.total,
+                    health: gpu_health(index, u.used),
                 })
                 .collect(),
         }

@@ -1,0 +1,59 @@
+//! What the job's record (our segment of its AdminComment) says about the run before this one.
+
+use super::restart::{LastEvent, PreviousRun};
+use crate::record::{self, EventKind};
+use crate::size::ByteSize;
+
+/// The previous run as the record tells it; `None` when the AdminComment holds no record of ours.
+/// Requeues and holds caused by us are counted; the latest run's busiest GPU gives the peak.
+pub fn previous_run(admin_comment: &str) -> Option<PreviousRun> {
+    let record = record::parse(admin_comment).ok().flatten()?;
+    let totals = record.totals();
+    let restarts = totals.events.get(EventKind::Requeued) + totals.events.get(EventKind::Held);
+    let latest = record.entries().iter().map(|e| e.run).max();
+    let peak = record
+        .entries()
+        .iter()
+        .filter(|e| Some(e.run) == latest)
+        .map(|e| e.peak())
+        .max();
+    let requeued_for = match totals.last_event.map(|e| e.kind) {
+        Some(EventKind::Requeued | EventKind::Held) if totals.events.get(EventKind::Preempted) > 0 => {
+            Some(LastEvent::Preempted)
+        }
+        Some(EventKind::Requeued | EventKind::Held | EventKind::OverQuota) => Some(LastEvent::OverQuota),
+        Some(EventKind::Preempted) => Some(LastEvent::Preempted),
+        _ => None,
+    };
+    Some(PreviousRun {
+        restarts,
+        requeued_for,
+        peak: peak.filter(|&p| p > 0).map(ByteSize::from_bytes),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: u64 = 1 << 30;
+
+    #[test]
+    fn a_run_requeued_for_overuse() {
+        let mut entry = record::Entry::new("node1", 0, ByteSize::from_bytes(40 * G));
+        entry.observe_gpu(0, None, 52 * G);
+        entry.count_event(EventKind::OverQuota, 10);
+        entry.count_event(EventKind::Requeued, 10);
+        let comment = record::merge("other-tool:x", &entry).admin_comment;
+        let previous = previous_run(&comment).unwrap();
+        assert_eq!(previous.restarts, 1);
+        assert_eq!(previous.requeued_for, Some(LastEvent::OverQuota));
+        assert_eq!(previous.peak, Some(ByteSize::from_bytes(52 * G)));
+    }
+
+    #[test]
+    fn no_record_no_previous_run() {
+        assert_eq!(previous_run(""), None);
+        assert_eq!(previous_run("someone else's words"), None);
+    }
+}
