@@ -151,7 +151,11 @@ pub struct HintSettings {
 
 impl Default for HintSettings {
     fn default() -> Self {
-        HintSettings { near_margin: 0.05, safety_margin: 0.10, fixed_memory: None }
+        HintSettings {
+            near_margin: 0.05,
+            safety_margin: 0.10,
+            fixed_memory: None,
+        }
     }
 }
 
@@ -168,7 +172,11 @@ pub struct Prediction {
 
 impl Default for Prediction {
     fn default() -> Self {
-        Prediction { enabled: true, horizon: Duration::from_secs(300), signal: None }
+        Prediction {
+            enabled: true,
+            horizon: Duration::from_secs(300),
+            signal: None,
+        }
     }
 }
 
@@ -182,7 +190,9 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Metrics { textfile_dir: Some(PathBuf::from("/var/lib/prometheus/node-exporter")) }
+        Metrics {
+            textfile_dir: Some(PathBuf::from("/var/lib/prometheus/node-exporter")),
+        }
     }
 }
 
@@ -248,6 +258,14 @@ pub mod limits {
     pub const NVML_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
     pub const RUNTIME_DIR: &str = "/run/gpu-mem-quota";
     pub const STATE_DIR: &str = "/var/lib/gpu-mem-quota";
+
+    /// `[frameworks] context_reserve` must be below this (and above 0): no GPU's context is that big.
+    pub const MAX_CONTEXT_RESERVE: crate::size::ByteSize = crate::size::ByteSize::from_bytes(64 << 30);
+    /// `[hints] near_margin` is at most this, `safety_margin` below it: half the quota is already
+    /// far from an OOM.
+    pub const MAX_HINT_MARGIN: f64 = 0.5;
+    pub const MIN_HORIZON: Duration = Duration::from_secs(10);
+    pub const MAX_HORIZON: Duration = Duration::from_secs(24 * 3600);
 }
 
 impl Default for Enforcement {
