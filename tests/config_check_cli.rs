@@ -116,6 +116,14 @@ fn explain_shows_the_values_and_why() {
         "  after 3 requeues      requeue-hold",
         "  if not requeueable    cancel",
         "  if policy is broken   fail-open",
+        "For a job with a quota (the same for every job):",
+        "  framework caps        PyTorch, JAX, TensorFlow",
+        "  context reserve       512M",
+        "  near-OOM              a peak within 5% of the quota or the GPU",
+        "  hints aim             10% below the quota",
+        "  fixed memory          not known",
+        "  early warning         when the trend reaches the quota within 5m, signal none",
+        "  metrics dir           /var/lib/prometheus/node-exporter",
     ] {
         assert!(report.lines().any(|l| l == line), "missing {line:?} in\n{report}");
     }

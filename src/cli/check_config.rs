@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::args;
-use crate::config::values::format_duration;
+use crate::config::values::{format_duration, signal_name};
 use crate::config::{self, Config, RuleKind};
 use crate::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
 use crate::size::{parse_size, ByteSize};
@@ -209,6 +209,8 @@ fn explain(
     }
     let _ = writeln!(out);
     write_enforcement(&mut out, config, outcome.as_ref().ok().and_then(|e| e.quota));
+    let _ = writeln!(out);
+    write_job_settings(&mut out, config);
     out
 }
 
@@ -356,6 +358,78 @@ fn write_enforcement(out: &mut String, config: &Config, quota: Option<ByteSize>)
         ("if policy is broken", e.on_config_error.to_string()),
     ];
     let _ = writeln!(out, "On overuse (the same for every job):");
+    for (what, value) in rows {
+        let _ = writeln!(out, "  {what:<21} {value}");
+    }
+}
+
+/// `[frameworks]`, `[hints]`, `[prediction]` and `[metrics]`: what a job with a quota gets besides
+/// enforcement.
+fn write_job_settings(out: &mut String, config: &Config) {
+    let percent = |fraction: f64| (fraction * 10_000.0).round() / 100.0;
+    let f = &config.frameworks.switches;
+    let frameworks: Vec<&str> = [
+        (
+            f.pytorch && f.pytorch_memory_fraction,
+            "PyTorch (with memory fraction)",
+        ),
+        (f.pytorch && !f.pytorch_memory_fraction, "PyTorch"),
+        (f.jax, "JAX"),
+        (f.tensorflow, "TensorFlow"),
+        (f.mps, "MPS"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    let h = &config.hints;
+    let p = &config.prediction;
+    let rows = [
+        (
+            "framework caps",
+            if frameworks.is_empty() {
+                "none".to_string()
+            } else {
+                frameworks.join(", ")
+            },
+        ),
+        ("context reserve", config.frameworks.context_reserve.to_string()),
+        (
+            "near-OOM",
+            format!(
+                "a peak within {}% of the quota or the GPU",
+                percent(h.near_margin)
+            ),
+        ),
+        (
+            "hints aim",
+            format!("{}% below the quota", percent(h.safety_margin)),
+        ),
+        (
+            "fixed memory",
+            h.fixed_memory.map_or("not known".to_string(), |s| s.to_string()),
+        ),
+        (
+            "early warning",
+            if p.enabled {
+                format!(
+                    "when the trend reaches the quota within {}, signal {}",
+                    format_duration(p.horizon),
+                    signal_name(p.signal)
+                )
+            } else {
+                "off".to_string()
+            },
+        ),
+        (
+            "metrics dir",
+            config
+                .metrics
+                .textfile_dir
+                .as_ref()
+                .map_or("none".to_string(), |d| d.display().to_string()),
+        ),
+    ];
+    let _ = writeln!(out, "For a job with a quota (the same for every job):");
     for (what, value) in rows {
         let _ = writeln!(out, "  {what:<21} {value}");
     }

@@ -258,6 +258,14 @@ pub mod limits {
     pub const NVML_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
     pub const RUNTIME_DIR: &str = "/run/gpu-mem-quota";
     pub const STATE_DIR: &str = "/var/lib/gpu-mem-quota";
+
+    /// `[frameworks] context_reserve` must be below this (and above 0): no GPU's context is that big.
+    pub const MAX_CONTEXT_RESERVE: crate::size::ByteSize = crate::size::ByteSize::from_bytes(64 << 30);
+    /// `[hints] near_margin` is at most this, `safety_margin` below it: half the quota is already
+    /// far from an OOM.
+    pub const MAX_HINT_MARGIN: f64 = 0.5;
+    pub const MIN_HORIZON: Duration = Duration::from_secs(10);
+    pub const MAX_HORIZON: Duration = Duration::from_secs(24 * 3600);
 }
 
 impl Default for Enforcement {

@@ -31,6 +31,14 @@ pub struct RawConfig {
     pub partition: Rules,
     #[serde(default)]
     pub enforcement: RawEnforcement,
+    #[serde(default)]
+    pub frameworks: RawFrameworks,
+    #[serde(default)]
+    pub hints: RawHints,
+    #[serde(default)]
+    pub prediction: RawPrediction,
+    #[serde(default)]
+    pub metrics: RawMetrics,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -62,4 +70,43 @@ pub struct RawEnforcement {
     pub runtime_dir: Leaf,
     pub state_dir: Leaf,
     pub on_config_error: Leaf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with pytorch, pytorch_memory_fraction, jax, tensorflow, mps, context_reserve"
+)]
+pub struct RawFrameworks {
+    pub pytorch: Leaf,
+    pub pytorch_memory_fraction: Leaf,
+    pub jax: Leaf,
+    pub tensorflow: Leaf,
+    pub mps: Leaf,
+    pub context_reserve: Leaf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with near_margin, safety_margin, fixed_memory"
+)]
+pub struct RawHints {
+    pub near_margin: Leaf,
+    pub safety_margin: Leaf,
+    pub fixed_memory: Leaf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with enabled, horizon, signal")]
+pub struct RawPrediction {
+    pub enabled: Leaf,
+    pub horizon: Leaf,
+    pub signal: Leaf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with textfile_dir")]
+pub struct RawMetrics {
+    pub textfile_dir: Leaf,
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::values::format_duration;
+use super::values::{format_duration, signal_name};
 use super::{Config, Rule, RuleKind};
 
 pub fn render(config: &Config) -> String {
@@ -37,6 +37,41 @@ pub fn render(config: &Config) -> String {
     let _ = writeln!(out, "runtime_dir = {}", quoted_path(&e.runtime_dir));
     let _ = writeln!(out, "state_dir = {}", quoted_path(&e.state_dir));
     let _ = writeln!(out, "on_config_error = \"{}\"", e.on_config_error);
+
+    let f = &config.frameworks;
+    out.push_str("\n[frameworks]\n");
+    let _ = writeln!(out, "pytorch = {}", f.switches.pytorch);
+    let _ = writeln!(
+        out,
+        "pytorch_memory_fraction = {}",
+        f.switches.pytorch_memory_fraction
+    );
+    let _ = writeln!(out, "jax = {}", f.switches.jax);
+    let _ = writeln!(out, "tensorflow = {}", f.switches.tensorflow);
+    let _ = writeln!(out, "mps = {}", f.switches.mps);
+    let _ = writeln!(out, "context_reserve = \"{}\"", f.context_reserve);
+
+    let h = &config.hints;
+    out.push_str("\n[hints]\n");
+    let _ = writeln!(out, "near_margin = {:?}", h.near_margin);
+    let _ = writeln!(out, "safety_margin = {:?}", h.safety_margin);
+    if let Some(size) = h.fixed_memory {
+        let _ = writeln!(out, "fixed_memory = \"{size}\"");
+    }
+
+    let p = &config.prediction;
+    out.push_str("\n[prediction]\n");
+    let _ = writeln!(out, "enabled = {}", p.enabled);
+    let _ = writeln!(out, "horizon = \"{}\"", format_duration(p.horizon));
+    let _ = writeln!(out, "signal = \"{}\"", signal_name(p.signal));
+
+    out.push_str("\n[metrics]\n");
+    let dir = config.metrics.textfile_dir.as_deref();
+    let _ = writeln!(
+        out,
+        "textfile_dir = {}",
+        dir.map_or("\"none\"".to_string(), quoted_path)
+    );
     out
 }
 

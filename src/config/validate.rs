@@ -9,12 +9,15 @@ use std::time::Duration;
 use toml::{Spanned, Value};
 
 use super::error::{line_column, ConfigError};
-use super::raw::{Leaf, RawConfig, RawDefaults, RawEnforcement, RawRule, Rules};
+use super::raw::{
+    Leaf, RawConfig, RawDefaults, RawEnforcement, RawFrameworks, RawHints, RawMetrics, RawPrediction,
+    RawRule, Rules,
+};
 use super::values::{
     format_duration, parse_action, parse_amount, parse_default_quota, parse_duration, parse_on_config_error,
-    Action, Amount, DefaultQuota,
+    parse_signal, Action, Amount, DefaultQuota,
 };
-use super::{limits, Config, Enforcement, Rule, RuleKind};
+use super::{limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, Rule, RuleKind};
 use crate::size::{parse_size, ByteSize};
 
 pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
@@ -29,6 +32,10 @@ pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> 
     let qos = check.rules(RuleKind::Qos, &raw.qos, gpu_memory);
     let partitions = check.rules(RuleKind::Partition, &raw.partition, gpu_memory);
     let enforcement = check.enforcement(&raw.enforcement);
+    let frameworks = check.frameworks(&raw.frameworks);
+    let hints = check.hints(&raw.hints);
+    let prediction = check.prediction(&raw.prediction);
+    let metrics = check.metrics(&raw.metrics);
     if !check.errors.is_empty() {
         let mut errors = check.errors;
         errors.sort_by_key(|e| (e.line, e.column));
@@ -42,10 +49,10 @@ pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> 
         qos,
         partitions,
         enforcement,
-        frameworks: Default::default(),
-        hints: Default::default(),
-        prediction: Default::default(),
-        metrics: Default::default(),
+        frameworks,
+        hints,
+        prediction,
+        metrics,
     })
 }
 
@@ -208,20 +215,38 @@ impl Checker<'_> {
         }
     }
 
-    fn warn_threshold(&mut self, leaf: &Leaf, key: &str) -> Option<f64> {
-        let value = leaf.as_ref()?;
-        let threshold = match value.get_ref() {
-            Value::Float(f) => *f,
-            Value::Integer(i) => *i as f64,
+    /// The value as a number (a TOML integer or float), or an error naming the type found.
+    fn number(&mut self, value: &Spanned<Value>, key: &str, example: &str) -> Option<f64> {
+        match value.get_ref() {
+            Value::Float(f) => Some(*f),
+            Value::Integer(i) => Some(*i as f64),
             other => {
                 let message = format!(
-                    "expected a number such as 0.9 (warn at 90% of the quota), found {} {other}",
+                    "expected a number such as {example}, found {} {other}",
                     other.type_str()
                 );
                 self.report(value.span(), key, message);
-                return None;
+                None
             }
-        };
+        }
+    }
+
+    /// A switch: a TOML boolean, not a string or number that looks like one.
+    fn boolean(&mut self, leaf: &Leaf, key: &str) -> Option<bool> {
+        let value = leaf.as_ref()?;
+        match value.get_ref() {
+            Value::Boolean(b) => Some(*b),
+            other => {
+                let message = format!("expected true or false, found {} {other}", other.type_str());
+                self.report(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn warn_threshold(&mut self, leaf: &Leaf, key: &str) -> Option<f64> {
+        let value = leaf.as_ref()?;
+        let threshold = self.number(value, key, "0.9 (warn at 90% of the quota)")?;
         if threshold > 0.0 && threshold <= 1.0 {
             return Some(threshold);
         }
@@ -256,17 +281,138 @@ impl Checker<'_> {
         }
     }
 
-    fn path(&mut self, leaf: &Leaf, key: &str) -> Option<PathBuf> {
-        self.parsed(leaf, key, "\"/run/gpu-mem-quota\"", |text| {
-            if text.starts_with('/') && !text.contains('\0') {
-                Ok(PathBuf::from(text))
-            } else {
-                Err(format!(
-                    "'{}' is not an absolute path: give one that starts with /",
-                    text.escape_debug()
-                ))
+    fn frameworks(&mut self, raw: &RawFrameworks) -> Frameworks {
+        let built_in = Frameworks::default();
+        let key = |name: &str| format!("[frameworks] {name}");
+        let mut switches = built_in.switches;
+        let mut set = |flag: &mut bool, leaf: &Leaf, name: &str| {
+            if let Some(value) = self.boolean(leaf, &key(name)) {
+                *flag = value;
             }
-        })
+        };
+        set(&mut switches.pytorch, &raw.pytorch, "pytorch");
+        set(
+            &mut switches.pytorch_memory_fraction,
+            &raw.pytorch_memory_fraction,
+            "pytorch_memory_fraction",
+        );
+        set(&mut switches.jax, &raw.jax, "jax");
+        set(&mut switches.tensorflow, &raw.tensorflow, "tensorflow");
+        set(&mut switches.mps, &raw.mps, "mps");
+        // The fraction is one key of PyTorch's allocator config: without that config it has nowhere to go.
+        if let (true, false, Some(value)) = (
+            switches.pytorch_memory_fraction,
+            switches.pytorch,
+            raw.pytorch_memory_fraction.as_ref(),
+        ) {
+            let message =
+                "only applies together with pytorch: set pytorch = true, or remove this".to_string();
+            self.report(value.span(), &key("pytorch_memory_fraction"), message);
+        }
+        let context_reserve = self.parsed(&raw.context_reserve, &key("context_reserve"), "\"512M\"", |t| {
+            let size = parse_size(t).map_err(|e| format!("invalid size '{}': {e}", t.escape_debug()))?;
+            if size >= limits::MAX_CONTEXT_RESERVE {
+                return Err(format!(
+                    "{size} is out of range: give a size below {}",
+                    limits::MAX_CONTEXT_RESERVE
+                ));
+            }
+            Ok(size)
+        });
+        Frameworks {
+            switches,
+            context_reserve: context_reserve.unwrap_or(built_in.context_reserve),
+        }
+    }
+
+    fn hints(&mut self, raw: &RawHints) -> HintSettings {
+        let built_in = HintSettings::default();
+        let max = limits::MAX_HINT_MARGIN;
+        let near_margin = self.margin(&raw.near_margin, "[hints] near_margin", |m| {
+            (0.0..=max).contains(&m).then_some(()).ok_or_else(|| {
+                format!(
+                    "{m} is out of range: give 0 to {max} (0.05 = a peak within 5% of the quota is near-OOM)"
+                )
+            })
+        });
+        let safety_margin = self.margin(&raw.safety_margin, "[hints] safety_margin", |m| {
+            (0.0..max).contains(&m).then_some(()).ok_or_else(|| {
+                format!(
+                    "{m} is out of range: give at least 0 and less than {max} (0.1 = aim 10% below the quota)"
+                )
+            })
+        });
+        let fixed_memory = self.size(&raw.fixed_memory, "[hints] fixed_memory");
+        HintSettings {
+            near_margin: near_margin.unwrap_or(built_in.near_margin),
+            safety_margin: safety_margin.unwrap_or(built_in.safety_margin),
+            fixed_memory: fixed_memory.or(built_in.fixed_memory),
+        }
+    }
+
+    /// A fraction of the quota, checked by `in_range` (which says the allowed range when it refuses).
+    fn margin(
+        &mut self,
+        leaf: &Leaf,
+        key: &str,
+        in_range: impl Fn(f64) -> Result<(), String>,
+    ) -> Option<f64> {
+        let value = leaf.as_ref()?;
+        let margin = self.number(value, key, "0.05 (5% of the quota)")?;
+        match in_range(margin) {
+            Ok(()) => Some(margin),
+            Err(message) => {
+                self.report(value.span(), key, message);
+                None
+            }
+        }
+    }
+
+    fn prediction(&mut self, raw: &RawPrediction) -> Prediction {
+        let built_in = Prediction::default();
+        let enabled = self.boolean(&raw.enabled, "[prediction] enabled");
+        let horizon = self.parsed(&raw.horizon, "[prediction] horizon", "\"5m\"", |t| {
+            within(parse_duration(t)?, limits::MIN_HORIZON, limits::MAX_HORIZON)
+        });
+        let signal = self.parsed(&raw.signal, "[prediction] signal", "\"SIGUSR1\"", parse_signal);
+        Prediction {
+            enabled: enabled.unwrap_or(built_in.enabled),
+            horizon: horizon.unwrap_or(built_in.horizon),
+            signal: signal.unwrap_or(built_in.signal),
+        }
+    }
+
+    fn metrics(&mut self, raw: &RawMetrics) -> Metrics {
+        let example = "\"/var/lib/prometheus/node-exporter\"";
+        let textfile_dir = self.parsed(
+            &raw.textfile_dir,
+            "[metrics] textfile_dir",
+            example,
+            |t| match t {
+                "" | "none" => Ok(None),
+                t => absolute_path(t)
+                    .map(Some)
+                    .map_err(|e| format!("{e}, or \"none\" for no metrics")),
+            },
+        );
+        Metrics {
+            textfile_dir: textfile_dir.unwrap_or(Metrics::default().textfile_dir),
+        }
+    }
+
+    fn path(&mut self, leaf: &Leaf, key: &str) -> Option<PathBuf> {
+        self.parsed(leaf, key, "\"/run/gpu-mem-quota\"", absolute_path)
+    }
+}
+
+fn absolute_path(text: &str) -> Result<PathBuf, String> {
+    if text.starts_with('/') && !text.contains('\0') {
+        Ok(PathBuf::from(text))
+    } else {
+        Err(format!(
+            "'{}' is not an absolute path: give one that starts with /",
+            text.escape_debug()
+        ))
     }
 }
 

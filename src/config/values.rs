@@ -270,6 +270,35 @@ pub fn parse_on_config_error(text: &str) -> Result<OnConfigError, String> {
     }
 }
 
+/// The signals `[prediction] signal` may name: the two a program can safely be asked to handle.
+/// (SIGTERM or SIGINT would end most jobs; that is the watchdog's `action`, not a warning.)
+pub const PREDICTION_SIGNALS: [(&str, i32); 2] = [("SIGUSR1", libc::SIGUSR1), ("SIGUSR2", libc::SIGUSR2)];
+
+/// Parses `"none"` (no signal) or a name in [`PREDICTION_SIGNALS`] to its number.
+pub fn parse_signal(text: &str) -> Result<Option<i32>, String> {
+    if text == "none" {
+        return Ok(None);
+    }
+    match PREDICTION_SIGNALS.iter().find(|(name, _)| *name == text) {
+        Some(&(_, number)) => Ok(Some(number)),
+        None => Err(format!(
+            "invalid signal '{}': expected \"none\", \"SIGUSR1\" or \"SIGUSR2\"",
+            text.escape_debug()
+        )),
+    }
+}
+
+/// The name [`parse_signal`] reads back: `"none"`, `"SIGUSR1"`, or the number of any other signal.
+pub fn signal_name(signal: Option<i32>) -> String {
+    match signal {
+        None => "none".to_string(),
+        Some(number) => PREDICTION_SIGNALS
+            .iter()
+            .find(|&&(_, n)| n == number)
+            .map_or_else(|| format!("signal {number}"), |(name, _)| name.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,5 +437,22 @@ mod tests {
             Ok(OnConfigError::FailClosed)
         );
         assert!(parse_on_config_error("closed").is_err());
+    }
+
+    #[test]
+    fn signals() {
+        let table: &[(&str, Option<i32>)] = &[
+            ("none", None),
+            ("SIGUSR1", Some(libc::SIGUSR1)),
+            ("SIGUSR2", Some(libc::SIGUSR2)),
+        ];
+        for &(text, number) in table {
+            assert_eq!(parse_signal(text), Ok(number), "{text}");
+            assert_eq!(signal_name(number), text);
+        }
+        for bad in ["", "None", "USR1", "sigusr1", "SIGTERM", "SIGKILL", "10"] {
+            let e = parse_signal(bad).unwrap_err();
+            assert!(e.starts_with("invalid signal"), "{bad}: {e}");
+        }
     }
 }
