@@ -35,7 +35,11 @@ fn a_job_requeued_for_memory_restarts_with_hints_and_then_fits() {
     let _policy = install_policy(&policy());
     let dir = user_dir("hints-restart");
     let example = dir.join("train_loop.py");
-    std::fs::copy(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_loop.py"), &example).unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_loop.py"),
+        &example,
+    )
+    .unwrap();
     run_checked(std::process::Command::new("chmod").arg("0755").arg(&example));
     let checkpoints = dir.join("checkpoints");
     // 20G fixed + 4G per sample: micro-batch 8 peaks at 52G, over the 40G quota.
@@ -45,19 +49,44 @@ fn a_job_requeued_for_memory_restarts_with_hints_and_then_fits() {
         example.display(),
         checkpoints.display()
     );
-    let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G", "--gpu-mem-batch=8x8", "--open-mode=append"], &script);
+    let job = sbatch_wait(
+        &dir,
+        &[
+            "--gres=gpu:1",
+            "--gpu-mem-quota=40G",
+            "--gpu-mem-batch=8x8",
+            "--open-mode=append",
+        ],
+        &script,
+    );
     let out = &job.output;
     assert!(out.contains("GPU_MEM_QUOTA_RESTARTS=1"), "job {}: {out}", job.id);
-    assert!(out.contains("GPU_MEM_QUOTA_LAST_EVENT=over-quota"), "job {}: {out}", job.id);
+    assert!(
+        out.contains("GPU_MEM_QUOTA_LAST_EVENT=over-quota"),
+        "job {}: {out}",
+        job.id
+    );
     let micro: u64 = env_value(out, "GPU_MEM_QUOTA_MICRO_BATCH").expect("micro-batch hint");
     let accum: u64 = env_value(out, "GPU_MEM_QUOTA_GRAD_ACCUM").expect("accumulation hint");
-    assert_eq!(micro * accum, 64, "the effective batch must stay 8x8: {micro}x{accum}");
-    assert!(micro < 8 && 20 + 4 * micro <= 40, "micro-batch {micro} does not fit 40G");
+    assert_eq!(
+        micro * accum,
+        64,
+        "the effective batch must stay 8x8: {micro}x{accum}"
+    );
+    assert!(
+        micro < 8 && 20 + 4 * micro <= 40,
+        "micro-batch {micro} does not fit 40G"
+    );
     let state = admin("scontrol", &["show", "job", &job.id.to_string()]);
-    assert!(state.contains("JobState=COMPLETED") && state.contains("Restarts=1"), "{state}");
-    assert!(wait_until(Duration::from_secs(5), || slurmd_log().contains(&format!("job {}: restart hints after over-quota", job.id))));
+    assert!(
+        state.contains("JobState=COMPLETED") && state.contains("Restarts=1"),
+        "{state}"
+    );
+    assert!(wait_until(Duration::from_secs(5), || slurmd_log()
+        .contains(&format!("job {}: restart hints after over-quota", job.id))));
 }
 
 fn env_value(text: &str, name: &str) -> Option<u64> {
-    text.lines().find_map(|l| l.strip_prefix(&format!("{name}="))?.trim().parse().ok())
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}="))?.trim().parse().ok())
 }
