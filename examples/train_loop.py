@@ -13,8 +13,9 @@ It does what a real loop should do under gpu-mem-quota:
 
 Instead of a GPU it "allocates" memory through the fake NVML of the dev cluster: it writes its usage in
 bytes to $FAKE_NVML_DIR/procs/<gpu>/<pid> (gpu = the first entry of CUDA_VISIBLE_DEVICES), where the
-watchdog sees it as this process's GPU memory. Usage per micro-step is FIXED + PER_SAMPLE x micro-batch,
-falling back to FIXED between micro-steps: the saw-tooth of a real loop.
+watchdog sees it as this process's GPU memory. Usage per micro-step is FIXED + PER_SAMPLE x micro-batch
+and stays there, as NVML sees a PyTorch process (its caching allocator keeps what it reserved);
+--release-between-steps falls back to FIXED between micro-steps instead: the allocator's saw-tooth.
 
     python3 train_loop.py --batch 8x8 --fixed 20G --per-sample 4G --steps 100 --step-seconds 1
 
@@ -177,6 +178,9 @@ def main():
     parser.add_argument("--per-sample", type=parse_size, default=parse_size("4G"),
                         help="activation memory per sample of a micro-batch (4G)")
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps to train (100)")
+    parser.add_argument("--release-between-steps", action="store_true",
+                        help="give activation memory back to the device between micro-steps; by default it "
+                             "is kept, as PyTorch's caching allocator does (NVML sees the reserved peak)")
     parser.add_argument("--step-seconds", type=float, default=1.0,
                         help="seconds per optimizer step, whatever the geometry (1.0)")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("TRAIN_CHECKPOINT_DIR"),
@@ -217,7 +221,8 @@ def main():
             for _ in range(accum):
                 gpu.use(args.fixed + per_sample * micro)  # forward and backward: activations held
                 time.sleep(micro_seconds * 0.7)
-                gpu.use(args.fixed)  # activations freed
+                if args.release_between_steps:
+                    gpu.use(args.fixed)  # activations freed back to the device
                 time.sleep(micro_seconds * 0.3)
             step += 1
             save_checkpoint(checkpoint_path, {"step": step, "micro": micro, "accum": accum})

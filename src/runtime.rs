@@ -6,6 +6,7 @@
 //!     watchdog.lock                   flock held by the job's watchdog for its whole life
 //!     watchdog.pid                    "<pid> <start time>" of that watchdog
 //!     status.json                     the job's status (GPU_MEM_QUOTA_STATUS_FILE), root:<group> 0640
+//!     record                          the watchdog's record entry so far (AdminComment format)
 //! <runtime_dir>/gpus                  the node's GPUs, "<index> <uuid> <total bytes>" per line, written
 //!                                     by every watchdog that loads NVML, read by the plugin (no NVML there)
 //! ```
@@ -23,6 +24,10 @@ pub const STATUS_FILE: &str = "status.json";
 pub const LOCK_FILE: &str = "watchdog.lock";
 pub const PID_FILE: &str = "watchdog.pid";
 pub const INVENTORY_FILE: &str = "gpus";
+/// The watchdog's latest record entry for this node and run (our AdminComment format), which the
+/// plugin writes into the job's AdminComment when the batch script ends, while slurmctld still
+/// accepts updates.
+pub const RECORD_FILE: &str = "record";
 
 pub fn jobs_dir(runtime_dir: &Path) -> PathBuf {
     runtime_dir.join("jobs")

@@ -234,6 +234,9 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
         return Ok(()); // no usable policy, no watchdog was started
     };
     let runtime_dir = policy.enforcement.runtime_dir;
+    if step == BATCH_STEP {
+        record_at_job_end(job, &runtime_dir);
+    }
     match runtime::read_pid_file(&runtime_dir, job) {
         Some(watchdog) if same_process(Path::new("/proc"), &watchdog) => {
             // SAFETY: kill on a pid verified by its start time to be the job's watchdog.
@@ -245,6 +248,40 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The batch script ended: put the watchdog's record of this run into the job's AdminComment now,
+/// while slurmctld still accepts updates (once the job completes it refuses them). Quick and
+/// bounded: one attempt each, two seconds at most; a failure is logged, the job is not held up.
+fn record_at_job_end(job: u32, runtime_dir: &Path) {
+    let path = runtime::job_dir(runtime_dir, job).join(runtime::RECORD_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let Some(entry) = crate::record::parse(&text)
+        .ok()
+        .flatten()
+        .and_then(|r| r.entries().first().cloned())
+    else {
+        return;
+    };
+    let mut tools = SlurmTools::find();
+    tools.timeout = std::time::Duration::from_secs(2);
+    tools.backoff.pauses.clear();
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        tools = tools.with_slurm_conf(&conf);
+    }
+    let written = tools.show_job(job).map_err(|e| e.to_string()).and_then(|info| {
+        let merged = crate::record::merge(&info.admin_comment, &entry);
+        tools
+            .set_admin_comment(job, &merged.admin_comment)
+            .map_err(|e| e.to_string())
+    });
+    if let Err(e) = written {
+        log::error(&format!(
+            "job {job}: cannot write the final record to AdminComment: {e}"
+        ));
+    }
 }
 
 fn plugin_args(spank: &Spank) -> Result<PluginArgs, String> {

@@ -187,6 +187,7 @@ pub fn run(params: Params) -> ExitCode {
     let mut gpus = open_nvml(&settings, &params, &mut reporter);
     let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
     let mut last_check = Instant::now();
+    let mut last_record: Option<String> = None;
     if let Some(gpus) = gpus.as_mut() {
         while !STOP.load(Ordering::SeqCst) {
             if watchdog.tick(Instant::now(), gpus, &mut attributor, &mut control, &mut reporter) == Flow::Stop
@@ -194,6 +195,12 @@ pub fn run(params: Params) -> ExitCode {
                 break;
             }
             metrics.write(&watchdog.metrics(&user), &mut reporter);
+            if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
+                if let Err(e) = textfile::write_atomically(&dir, runtime::RECORD_FILE, &text) {
+                    reporter.error(&format!("cannot keep the record in {}: {e}", dir.display()));
+                }
+                last_record = Some(text);
+            }
             if let Some((signal, pids)) = watchdog.take_signal() {
                 signal_job(proc_root, params.job_id, signal, &pids, &mut reporter);
             }

@@ -492,6 +492,13 @@ impl Watchdog {
         }
     }
 
+    /// The record so far (this node, this run), in the AdminComment format; `None` without a quota.
+    pub fn record_text(&self) -> Option<String> {
+        let mut record = record::Record::default();
+        record.insert(self.entry.clone()?);
+        Some(record::render(&record))
+    }
+
     /// Whether this watchdog already acted (then it only waits for its job to leave the node).
     pub fn has_acted(&self) -> bool {
         self.acted.is_some_and(|a| a != Action::WarnOnly)

@@ -79,6 +79,20 @@ fn a_job_under_its_quota_runs_untouched_and_its_peak_is_logged() {
     assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
     assert_eq!(job_field(job.id, "Restarts"), "0");
     assert_cleaned_up(job.id);
+    // The record of the run reached the job's AdminComment at its end, and accounting (sacct).
+    let comment = job_field(job.id, "AdminComment");
+    assert!(
+        comment.contains("q=40G") && comment.contains("g0=30G"),
+        "AdminComment: {comment}"
+    );
+    let in_sacct = wait_until(Duration::from_secs(20), || {
+        admin(
+            "sacct",
+            &["-n", "-X", "-P", "-j", &job.id.to_string(), "-o", "AdminComment"],
+        )
+        .contains("g0=30G")
+    });
+    assert!(in_sacct, "sacct has no record for job {}", job.id);
     assert!(
         syslog().contains(&format!("job {}: stopping: GPU ", job.id)) && syslog().contains("peak 30G"),
         "no peak in syslog for job {}",
