@@ -20,6 +20,7 @@ pub mod plugin_args;
 pub mod predict;
 pub mod quota;
 pub mod record;
+pub mod report;
 pub mod request;
 pub mod runtime;
 pub mod size;

@@ -4,6 +4,8 @@
 pub mod args;
 mod check_config;
 mod plan;
+mod report;
+mod status;
 mod watchdog;
 
 use std::process::ExitCode;
@@ -26,6 +28,16 @@ pub const COMMANDS: &[Command] = &[
         name: "plan",
         summary: "predict a training job's per-GPU memory and fit it to a quota",
         run: plan::run,
+    },
+    Command {
+        name: "report",
+        summary: "a job's GPU-memory quota, peak, efficiency and events, from accounting",
+        run: report::run,
+    },
+    Command {
+        name: "status",
+        summary: "the jobs watched on this node: GPU memory used, quota, peak, state",
+        run: status::run,
     },
     Command {
         name: "watchdog",

@@ -135,6 +135,29 @@ impl SlurmTools {
         self.call(&self.scancel, &args).map(drop)
     }
 
+    /// Where `sacct` is: beside `scontrol` (every Slurm install puts the client commands together).
+    pub fn sacct_path(&self) -> PathBuf {
+        self.scontrol.with_file_name("sacct")
+    }
+
+    /// `sacct ARGS`, its standard output. Output cut at [`super::MAX_OUTPUT_BYTES`] is refused
+    /// ([`CtlError::Garbage`]): a report would silently miss jobs. slurmdbd out of reach is retried
+    /// like the controller; "accounting storage is disabled" is a [`CtlError::Refused`].
+    pub fn sacct(&self, args: &[String]) -> Result<String, CtlError> {
+        let sacct = self.sacct_path();
+        let finished = self.call(&sacct, args)?;
+        if finished.truncated {
+            return Err(CtlError::Garbage {
+                command: command_line(&sacct, args),
+                message: format!(
+                    "more than {} bytes of output; ask for fewer jobs",
+                    super::run::MAX_OUTPUT_BYTES
+                ),
+            });
+        }
+        Ok(finished.stdout)
+    }
+
     /// Runs `program args`, retrying while the controller looks unreachable.
     fn call(&self, program: &Path, args: &[String]) -> Result<Finished, CtlError> {
         let command = || command_line(program, args);

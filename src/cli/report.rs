@@ -1,0 +1,144 @@
+//! `gpu-mem-quota report`: a job's GPU-memory quota, peak, efficiency and events over all its
+//! runs, or one line per job of a user, from `sacct` and our AdminComment record.
+use std::process::ExitCode;
+
+use super::args;
+use crate::report::{self, Query};
+use crate::slurmctl::{CtlError, SlurmTools};
+
+const USAGE: &str = "\
+Usage: gpu-mem-quota report -j JOBID [--json]
+       gpu-mem-quota report -u USER [-A ACCOUNT] [-S START] [-E END] [--json]
+
+Reads Slurm accounting (sacct, every requeued run included) and the gpu-mem-quota record in each
+job's AdminComment, and shows the GPU-memory quota, the peak per GPU, the GPU-memory efficiency
+(peak / quota, as seff shows memory efficiency) and what the watchdog did (warn, over_quota,
+preempted, requeued, cancelled, held).
+
+  -j, --job JOBID        one job, a row per run and node (JOBID: N, or N_M for an array task)
+  -u, --user USER        one line per job of USER
+  -A, --account ACCOUNT  only jobs of this account
+  -S, --start TIME       jobs that ran after TIME, in sacct's syntax (default: since midnight)
+  -E, --end TIME         jobs that ran before TIME (default: now)
+  --json                 everything as JSON: {\"jobs\":[...]}
+  -h, --help             this help
+";
+
+/// sacct's short options, spelt the long way for `args::parse`.
+const SHORT: [(&str, &str); 5] = [
+    ("-j", "--job"),
+    ("-u", "--user"),
+    ("-A", "--account"),
+    ("-S", "--start"),
+    ("-E", "--end"),
+];
+
+pub fn run(argv: Vec<String>) -> ExitCode {
+    let (query, json) = match parse_options(&argv) {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("gpu-mem-quota report: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut slurm = SlurmTools::find();
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        slurm = slurm.with_slurm_conf(&conf);
+    }
+    let output = match slurm.sacct(&query.sacct_args()) {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!("gpu-mem-quota report: {}", failure_sentence(&e));
+            return ExitCode::from(1);
+        }
+    };
+    let rows = match report::parse_rows(&output) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("gpu-mem-quota report: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let jobs = report::job_reports(&rows);
+    if json {
+        println!("{}", report::jobs_json(&jobs).render());
+        return ExitCode::SUCCESS;
+    }
+    match (&query, jobs.is_empty()) {
+        (Query::Job(id), true) => {
+            eprintln!(
+                "gpu-mem-quota report: accounting has no job {id}: not started yet, hidden from \
+                 you (another user's), older than the database keeps, or slurmdbd did not answer \
+                 (`sacct -v -j {id}` tells)"
+            );
+            return ExitCode::from(1);
+        }
+        (Query::Job(_), false) => {
+            let texts: Vec<String> = jobs.iter().map(report::job_text).collect();
+            print!("{}", texts.join("\n"));
+        }
+        (Query::User { user, .. }, true) => println!("No jobs of {user} in that time range."),
+        (Query::User { .. }, false) => print!("{}", report::jobs_list_text(&jobs)),
+    }
+    ExitCode::SUCCESS
+}
+
+/// What to say when sacct failed: our sentence when we know the cause, sacct's words otherwise.
+fn failure_sentence(error: &CtlError) -> String {
+    let said = match error {
+        CtlError::Refused { message, .. } | CtlError::Transient { message, .. } => message.as_str(),
+        _ => "",
+    };
+    match report::explain_failure(said) {
+        Some(sentence) => sentence.to_string(),
+        None => error.to_string(),
+    }
+}
+
+/// The query and `--json`, `None` for `--help`, or a usage error.
+fn parse_options(argv: &[String]) -> Result<Option<(Query, bool)>, String> {
+    let argv: Vec<String> = argv
+        .iter()
+        .map(|word| match SHORT.iter().find(|(short, _)| word == short) {
+            Some((_, long)) => long.to_string(),
+            None => word.clone(),
+        })
+        .collect();
+    let parsed = args::parse(
+        &argv,
+        &["job", "user", "account", "start", "end"],
+        &["json", "help"],
+    )?;
+    if parsed.flag("help") {
+        return Ok(None);
+    }
+    if let Some(word) = parsed.positional.first() {
+        return Err(format!("unexpected argument '{word}'"));
+    }
+    let owned = |key: &str| parsed.value(key).map(str::to_string);
+    let query = match (owned("job"), owned("user")) {
+        (Some(job), None) => {
+            if ["account", "start", "end"]
+                .iter()
+                .any(|k| parsed.value(k).is_some())
+            {
+                return Err("-A, -S and -E go with -u, not with -j".into());
+            }
+            Query::Job(job)
+        }
+        (None, Some(user)) => Query::User {
+            user,
+            account: owned("account"),
+            start: owned("start"),
+            end: owned("end"),
+        },
+        (Some(_), Some(_)) => return Err("give -j or -u, not both".into()),
+        (None, None) => return Err("give -j JOBID or -u USER".into()),
+    };
+    query.check()?;
+    Ok(Some((query, parsed.flag("json"))))
+}

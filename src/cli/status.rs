@@ -1,0 +1,74 @@
+//! `gpu-mem-quota status`: the jobs watched on this node, per GPU used / quota / peak / state,
+//! from the watchdogs' status files. Users see their own jobs (the files' permissions decide).
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::args;
+use crate::config::{self, Enforcement, LoadError};
+use crate::report;
+
+const DEFAULT_CONFIG: &str = "/etc/slurm/gpu-mem-quota.toml";
+
+const USAGE: &str = "\
+Usage: gpu-mem-quota status [--json] [--config PATH]
+
+Lists the jobs whose GPU memory is watched on this node, a row per job and GPU: memory used now,
+the quota, the peak so far, and the state (ok, warn, over-quota, acted). Read from the watchdogs'
+status files under the policy's runtime_dir; users see their own jobs, root sees all.
+
+  --config PATH  the policy (default /etc/slurm/gpu-mem-quota.toml), for runtime_dir
+  --json         as JSON: {\"jobs\":[...],\"without_status\":[...],\"broken\":[...],\"unreadable\":N}
+  -h, --help     this help
+";
+
+pub fn run(argv: Vec<String>) -> ExitCode {
+    let parsed = match args::parse(&argv, &["config"], &["json", "help"]) {
+        Ok(parsed) if parsed.positional.is_empty() => parsed,
+        Ok(parsed) => return usage_error(&format!("unexpected argument '{}'", parsed.positional[0])),
+        Err(message) => return usage_error(&message),
+    };
+    if parsed.flag("help") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let path = parsed.value("config");
+    let runtime_dir = match config::load(Path::new(path.unwrap_or(DEFAULT_CONFIG))) {
+        Ok(policy) => policy.enforcement.runtime_dir,
+        // A policy only root may read, or none on this node: the built-in place is where the
+        // watchdogs write unless a policy said otherwise, so look there rather than give up.
+        Err(e @ (LoadError::Missing { .. } | LoadError::Unreadable { .. })) if path.is_none() => {
+            let fallback = Enforcement::default().runtime_dir;
+            eprintln!("gpu-mem-quota status: {e}; looking in {}", fallback.display());
+            fallback
+        }
+        Err(e) => {
+            eprintln!("gpu-mem-quota status: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let root = unsafe { libc::geteuid() } == 0;
+    let runtime_dir = runtime_dir.as_path();
+    let node = match report::read_node(runtime_dir, root) {
+        Ok(node) => node,
+        Err(e) => {
+            eprintln!("gpu-mem-quota status: cannot read {}: {e}", runtime_dir.display());
+            return ExitCode::from(1);
+        }
+    };
+    if parsed.flag("json") {
+        println!("{}", report::node_json(&node).render());
+    } else {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        print!("{}", report::node_text(&node, now));
+    }
+    ExitCode::SUCCESS
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("gpu-mem-quota status: {message}\n\n{USAGE}");
+    ExitCode::from(2)
+}

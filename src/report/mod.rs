@@ -1,0 +1,18 @@
+//! Reports for people: `gpu-mem-quota report` (a job's runs and GPU-memory efficiency from
+//! accounting, `sacct` rows and our AdminComment record) and `gpu-mem-quota status` (the jobs
+//! watched on this node, from their watchdogs' status files).
+//!
+//! Pure but for [`node::read_node`], which reads the node's runtime directory; running `sacct` is
+//! [`crate::slurmctl::SlurmTools::sacct`]'s job.
+
+pub mod format;
+pub mod job;
+pub mod json_read;
+pub mod node;
+pub mod render;
+pub mod sacct;
+
+pub use job::{efficiency, job_reports, JobReport, RecordState, Run};
+pub use node::{node_json, node_text, parse_status, read_node, GpuStatus, JobStatus, NodeStatus};
+pub use render::{job_text, jobs_json, jobs_list_text};
+pub use sacct::{explain_failure, parse_rows, Query, SacctError, SacctRow};

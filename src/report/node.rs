@@ -1,0 +1,281 @@
+//! `gpu-mem-quota status`: the jobs watched on this node, from their watchdogs' status files
+//! (`<runtime_dir>/jobs/<id>/status.json`, see src/runtime.rs and src/watchdog/status.rs).
+//!
+//! [`read_node`] does the file reading; everything else is pure. Each job's directory is
+//! `root:<job's group> 0750`, so a user can read their own jobs only: the others are skipped
+//! without a word, as if absent, and counted for root only (who can read everything anyway).
+//! The reader takes the fields the watchdog writes today (job-level `state` and `quota_bytes`)
+//! and the per-GPU `quota_bytes`/`state` that docs/HINTS.md describes, and ignores other fields.
+
+use std::io::{self, Read};
+use std::path::Path;
+
+use super::format::{human_size, percent, table};
+use super::json_read::{self, Value};
+use crate::json::Json;
+use crate::runtime;
+
+/// The most bytes read from a status file: a real one is well under 4 KiB per GPU.
+const MAX_STATUS_BYTES: u64 = 1 << 20;
+
+/// One job's status file, as read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobStatus {
+    pub job_id: u32,
+    /// Unix seconds, when the file says so as a number.
+    pub updated_at: Option<u64>,
+    /// `ok`, `warn`, `over-quota`, `acted`.
+    pub state: Option<String>,
+    /// `requeue`, `hold`, `cancel` once the watchdog acted.
+    pub action: Option<String>,
+    pub gpus: Vec<GpuStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuStatus {
+    pub index: u32,
+    pub uuid: String,
+    pub used_bytes: u64,
+    pub peak_bytes: u64,
+    pub quota_bytes: Option<u64>,
+    pub total_bytes: Option<u64>,
+    /// This GPU's state; the job's when the file gives none per GPU.
+    pub state: Option<String>,
+}
+
+/// What a node's runtime directory shows to the caller.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeStatus {
+    /// False when the runtime directory (or its `jobs/`) does not exist: no job was ever watched.
+    pub present: bool,
+    /// Jobs with a readable status file, by job id.
+    pub jobs: Vec<JobStatus>,
+    /// Readable job directories without a status file yet (or without a quota: no file then).
+    pub without_status: Vec<u32>,
+    /// Job directories the caller may not read (only counted when the caller asked, i.e. root).
+    pub unreadable: usize,
+    /// Status files that could not be parsed: `(job, why)`.
+    pub broken: Vec<(u32, String)>,
+}
+
+/// Parses one status file of job `job_id` (the directory name, which the file must agree with).
+pub fn parse_status(job_id: u32, text: &str) -> Result<JobStatus, String> {
+    let doc = json_read::parse(text)?;
+    let file_job = doc.get("job_id").and_then(Value::as_u64);
+    if file_job != Some(job_id.into()) {
+        return Err(format!("job_id is {file_job:?}, the directory says {job_id}"));
+    }
+    let text_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
+    let job_state = text_of(doc.get("state"));
+    let job_quota = doc.get("quota_bytes").and_then(Value::as_u64);
+    let mut gpus = Vec::new();
+    for (i, gpu) in doc
+        .get("gpus")
+        .and_then(Value::as_array)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let number = |key: &str| gpu.get(key).and_then(Value::as_u64);
+        let required = |key: &str| {
+            number(key).ok_or_else(|| format!("gpus[{i}].{key} is missing or not a whole number"))
+        };
+        gpus.push(GpuStatus {
+            index: u32::try_from(required("index")?).map_err(|_| format!("gpus[{i}].index is too large"))?,
+            uuid: text_of(gpu.get("uuid")).unwrap_or_default(),
+            used_bytes: required("used_bytes")?,
+            peak_bytes: required("peak_bytes")?,
+            quota_bytes: number("quota_bytes").or(job_quota),
+            total_bytes: number("total_bytes"),
+            state: text_of(gpu.get("state")).or_else(|| job_state.clone()),
+        });
+    }
+    Ok(JobStatus {
+        job_id,
+        updated_at: doc.get("updated_at").and_then(Value::as_u64),
+        state: job_state,
+        action: text_of(doc.get("action")),
+        gpus,
+    })
+}
+
+/// Reads every job directory under `runtime_dir/jobs` the caller can read. `count_unreadable`:
+/// report directories that could not be read (for root, to whom that is a fault).
+pub fn read_node(runtime_dir: &Path, count_unreadable: bool) -> io::Result<NodeStatus> {
+    let mut node = NodeStatus::default();
+    let listing = match std::fs::read_dir(runtime::jobs_dir(runtime_dir)) {
+        Ok(listing) => listing,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(node),
+        Err(e) => return Err(e),
+    };
+    node.present = true;
+    for item in listing {
+        let item = item?;
+        let Some(job_id) = item.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        match read_capped(&runtime::status_file(runtime_dir, job_id)) {
+            Ok(text) => match parse_status(job_id, &text) {
+                Ok(status) => node.jobs.push(status),
+                Err(why) => node.broken.push((job_id, why)),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => node.without_status.push(job_id),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                node.unreadable += usize::from(count_unreadable);
+            }
+            Err(e) => node.broken.push((job_id, e.to_string())),
+        }
+    }
+    node.jobs.sort_by_key(|j| j.job_id);
+    node.without_status.sort_unstable();
+    node.broken.sort();
+    Ok(node)
+}
+
+fn read_capped(path: &Path) -> io::Result<String> {
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(MAX_STATUS_BYTES)
+        .read_to_string(&mut text)?;
+    Ok(text)
+}
+
+const HEADER: [&str; 10] = [
+    "JOBID",
+    "STATE",
+    "GPU",
+    "UUID",
+    "USED",
+    "QUOTA",
+    "PEAK",
+    "USED/QUOTA",
+    "PEAK/QUOTA",
+    "UPDATED",
+];
+
+/// The node's jobs as a table, a row per job and GPU; `now` in Unix seconds, for the ages.
+pub fn node_text(node: &NodeStatus, now: u64) -> String {
+    if !node.present || node.jobs.is_empty() && node.without_status.is_empty() && node.broken.is_empty() {
+        let mut out = "No jobs watched on this node.\n".to_string();
+        if node.unreadable > 0 {
+            out = format!(
+                "No readable job status on this node ({} unreadable).\n",
+                node.unreadable
+            );
+        }
+        return out;
+    }
+    let mut rows = Vec::new();
+    for job in &node.jobs {
+        let state = match (&job.state, &job.action) {
+            (Some(s), Some(a)) => format!("{s} ({a})"),
+            (Some(s), None) => s.clone(),
+            (None, _) => "-".into(),
+        };
+        let updated = job
+            .updated_at
+            .map_or("-".into(), |at| format!("{}s ago", now.saturating_sub(at)));
+        if job.gpus.is_empty() {
+            let mut row = vec![job.job_id.to_string(), state.clone()];
+            row.extend(["-", "-", "-", "-", "-", "-", "-"].map(String::from));
+            row.push(updated.clone());
+            rows.push(row);
+        }
+        for gpu in &job.gpus {
+            let gpu_state = gpu.state.as_deref().filter(|s| Some(*s) != job.state.as_deref());
+            let share = |bytes: u64| {
+                percent(
+                    gpu.quota_bytes
+                        .filter(|q| *q > 0)
+                        .map(|q| bytes as f64 * 100.0 / q as f64),
+                )
+            };
+            rows.push(vec![
+                job.job_id.to_string(),
+                gpu_state.map_or(state.clone(), str::to_string),
+                gpu.index.to_string(),
+                gpu.uuid.clone(),
+                human_size(gpu.used_bytes),
+                gpu.quota_bytes.map_or("-".into(), human_size),
+                human_size(gpu.peak_bytes),
+                share(gpu.used_bytes),
+                share(gpu.peak_bytes),
+                updated.clone(),
+            ]);
+        }
+    }
+    let mut out = table(&HEADER, &rows);
+    for job in &node.without_status {
+        out.push_str(&format!(
+            "Job {job}: no status file (no quota, or its watchdog is starting).\n"
+        ));
+    }
+    for (job, why) in &node.broken {
+        out.push_str(&format!("Job {job}: status file unreadable: {why}\n"));
+    }
+    if node.unreadable > 0 {
+        out.push_str(&format!(
+            "{} job director(ies) could not be read.\n",
+            node.unreadable
+        ));
+    }
+    out
+}
+
+/// The node's jobs as `{"jobs":[...],"without_status":[...],"broken":[...]}`.
+pub fn node_json(node: &NodeStatus) -> Json {
+    let opt_int = |v: Option<u64>| v.map_or(Json::Null, Json::Int);
+    let opt_str = |v: &Option<String>| v.as_ref().map_or(Json::Null, Json::str);
+    let jobs = node
+        .jobs
+        .iter()
+        .map(|job| {
+            let gpus = job
+                .gpus
+                .iter()
+                .map(|g| {
+                    Json::Obj(vec![
+                        ("index", Json::Int(g.index.into())),
+                        ("uuid", Json::str(&g.uuid)),
+                        ("used_bytes", Json::Int(g.used_bytes)),
+                        ("quota_bytes", opt_int(g.quota_bytes)),
+                        ("peak_bytes", Json::Int(g.peak_bytes)),
+                        ("total_bytes", opt_int(g.total_bytes)),
+                        ("state", opt_str(&g.state)),
+                    ])
+                })
+                .collect();
+            Json::Obj(vec![
+                ("job_id", Json::Int(job.job_id.into())),
+                ("state", opt_str(&job.state)),
+                ("action", opt_str(&job.action)),
+                ("updated_at", opt_int(job.updated_at)),
+                ("gpus", Json::Arr(gpus)),
+            ])
+        })
+        .collect();
+    let broken = node
+        .broken
+        .iter()
+        .map(|(job, why)| {
+            Json::Obj(vec![
+                ("job_id", Json::Int((*job).into())),
+                ("error", Json::str(why)),
+            ])
+        })
+        .collect();
+    Json::Obj(vec![
+        ("jobs", Json::Arr(jobs)),
+        (
+            "without_status",
+            Json::Arr(
+                node.without_status
+                    .iter()
+                    .map(|j| Json::Int((*j).into()))
+                    .collect(),
+            ),
+        ),
+        ("broken", Json::Arr(broken)),
+        ("unreadable", Json::Int(node.unreadable as u64)),
+    ])
+}
