@@ -63,7 +63,9 @@ fn simulate(settings: &PreemptSettings, seconds: u64) -> (Vec<Preempted>, Vec<(u
     for t in 0..seconds {
         let now = T0 + t;
         // Requeued jobs come back after the delay, as a new run that was preempted once more.
-        for (_, mut back) in requeued.extract_if(.., |(at, _)| *at <= t) {
+        let (due, waiting): (Vec<_>, Vec<_>) = requeued.into_iter().partition(|(at, _)| *at <= t);
+        requeued = waiting;
+        for (_, mut back) in due {
             back.start_time = now;
             restarts.push((t, back.job_id));
             running.insert(back.job_id, back);
@@ -136,10 +138,7 @@ fn a_long_oscillation_ends_instead_of_looping() {
     }
     // A restarted job is not preempted again within one cooldown of its restart.
     for p in &preempted {
-        let restarted = restarts
-            .iter()
-            .filter(|(t, id)| *id == p.job_id && *t <= p.t)
-            .last();
+        let restarted = restarts.iter().rfind(|(t, id)| *id == p.job_id && *t <= p.t);
         if let Some((at, _)) = restarted {
             assert!(p.t - at >= 60, "{p:?} only {}s after its restart", p.t - at);
         }

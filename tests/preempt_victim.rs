@@ -103,7 +103,8 @@ fn check(cases: Vec<Case>) {
 #[test]
 fn contention_needs_free_below_reserve_or_a_close_trend() {
     let horizon = Duration::from_secs(30);
-    let cases: &[(u64, u64, Option<f64>, Option<Contention>, &str)] = &[
+    type Row = (u64, u64, Option<f64>, Option<Contention>, &'static str);
+    let cases: &[Row] = &[
         (70, 4, None, None, "10G free, reserve 4G"),
         (76, 4, None, None, "exactly the reserve free is enough"),
         (
