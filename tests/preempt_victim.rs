@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use gpu_mem_quota::config::values::parse_amount;
 use gpu_mem_quota::config::Action;
 use gpu_mem_quota::preempt::cooldown::Preemption;
 use gpu_mem_quota::preempt::{
     contention, decide, victim_order, AfterMax, CannotPreempt, Contention, Decision, GpuCooldown,
-    GpuSnapshot, JobOnGpu, PreemptSettings, Rank, Reserve, Skipped, Victim, Why,
+    GpuSnapshot, JobOnGpu, PreemptSettings, Rank, Skipped, Victim, Why,
 };
 
 const G: u64 = 1 << 30;
@@ -507,7 +508,7 @@ fn the_order_is_total() {
 #[test]
 fn reasons_read_well() {
     let settings = PreemptSettings {
-        reserve: Reserve::Bytes(4 * G),
+        reserve: parse_amount("4G").unwrap(),
         ..settings()
     };
     let snapshot = gpu(

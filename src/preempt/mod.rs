@@ -20,30 +20,15 @@ pub mod victim;
 
 use std::time::Duration;
 
+use crate::config::Amount;
+use crate::size::ByteSize;
+
 pub use cooldown::{protected_until, Gate, GpuCooldown};
 pub use rank::{rank_of, JobPriority, Rank, RankKind, Ranks};
 pub use victim::{
     contention, decide, victim_order, CannotPreempt, Contention, Decision, GpuSnapshot, JobOnGpu, Skipped,
     Victim, Why,
 };
-
-/// How much memory a GPU keeps free: below this, the GPU is contended.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Reserve {
-    Bytes(u64),
-    /// Percent of the GPU's total memory, in [0, 100].
-    Percent(f64),
-}
-
-impl Reserve {
-    /// The reserve in bytes on a GPU of `total` bytes (a percent above 100 counts as 100).
-    pub fn bytes(self, total: u64) -> u64 {
-        match self {
-            Reserve::Bytes(bytes) => bytes,
-            Reserve::Percent(p) => (total as f64 * p.clamp(0.0, 100.0) / 100.0) as u64,
-        }
-    }
-}
 
 /// What happens to a job already preempted `max_preemptions_per_job` times when it is the victim
 /// again.
@@ -60,7 +45,8 @@ pub enum AfterMax {
 pub struct PreemptSettings {
     /// Off by default: preemption requeues jobs that did nothing wrong, an admin must ask for it.
     pub enabled: bool,
-    pub reserve: Reserve,
+    /// Free memory a GPU keeps: a size, or a percent of the GPU (the syntax of quotas).
+    pub reserve: Amount,
     /// Contended too when the trend predicts the GPU full within this time.
     pub horizon: Duration,
     /// After a preemption on a GPU, none on that GPU for this long; a preempted job that restarts
@@ -78,7 +64,7 @@ impl Default for PreemptSettings {
     fn default() -> Self {
         PreemptSettings {
             enabled: false,
-            reserve: Reserve::Percent(5.0),
+            reserve: crate::config::values::parse_amount("5%").expect("a valid percent"),
             horizon: Duration::from_secs(30),
             cooldown: Duration::from_secs(300),
             max_preemptions_per_job: 3,
@@ -90,23 +76,35 @@ impl Default for PreemptSettings {
     }
 }
 
+impl PreemptSettings {
+    /// The reserve in bytes on a GPU of `total` bytes.
+    pub fn reserve_bytes(&self, total: u64) -> u64 {
+        self.reserve
+            .resolve(Some(ByteSize::from_bytes(total)))
+            .map_or(0, ByteSize::bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::values::parse_amount;
 
     #[test]
     fn reserve_in_bytes() {
         const G: u64 = 1 << 30;
         let cases = [
-            (Reserve::Bytes(4 * G), 80 * G, 4 * G),
-            (Reserve::Percent(5.0), 80 * G, 4 * G),
-            (Reserve::Percent(0.0), 80 * G, 0),
-            (Reserve::Percent(250.0), 80 * G, 80 * G),
-            (Reserve::Percent(-3.0), 80 * G, 0),
-            (Reserve::Percent(f64::NAN), 80 * G, 0),
+            ("4G", 80 * G, 4 * G),
+            ("5%", 80 * G, 4 * G),
+            ("100%", 80 * G, 80 * G),
+            ("1%", 10 << 20, 1 << 20), // never below 1 MiB
         ];
         for (reserve, total, want) in cases {
-            assert_eq!(reserve.bytes(total), want, "{reserve:?} of {total}");
+            let settings = PreemptSettings {
+                reserve: parse_amount(reserve).unwrap(),
+                ..PreemptSettings::default()
+            };
+            assert_eq!(settings.reserve_bytes(total), want, "{reserve} of {total}");
         }
     }
 }

@@ -175,7 +175,7 @@ pub fn victim_order(jobs: &[JobOnGpu]) -> Vec<&JobOnGpu> {
 
 /// Decides for one GPU at `now` (unix seconds): calm, cooling down, the victim, or nobody.
 pub fn decide(gpu: &GpuSnapshot, settings: &PreemptSettings, cooldown: &GpuCooldown, now: u64) -> Decision {
-    let reserve = settings.reserve.bytes(gpu.total);
+    let reserve = settings.reserve_bytes(gpu.total);
     let Some(contention) = contention(
         gpu.total,
         gpu.used,
