@@ -18,6 +18,7 @@ pub mod passwd;
 pub mod plan;
 pub mod plugin_args;
 pub mod predict;
+pub mod preempt;
 pub mod quota;
 pub mod record;
 pub mod report;

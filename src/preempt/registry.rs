@@ -1,0 +1,550 @@
+//! The node's registry of watched jobs: how the watchdogs of one node see each other.
+//!
+//! ```text
+//! <runtime_dir>/registry/              root 0755
+//!     <job_id>                         one per job with a watchdog here, root 0644, `key=value` lines
+//!     gpu-<uuid>                       the GPU's last preemption (its cooldown), root 0644
+//!     .lock-<job_id>, .lock-gpu-<uuid> flock files, root 0600
+//!     .<name>.tmp                      a file being replaced (crate::textfile)
+//! ```
+//! Each watchdog writes its own entry at start, refreshes its heartbeat every interval (an atomic
+//! rewrite: readers see the old entry or the new one) and removes it on the way out. Others only
+//! read it, except in two places that take a lock first:
+//! - [`Registry::claim_for_dead`]: the victim's watchdog is gone (heartbeat older than the timeout
+//!   and its process no longer running), so one other watchdog acts on its behalf, once; the
+//!   entry records who (`acted_by=`).
+//! - [`Registry::claim_gpu`]: admits one preemption per GPU per cooldown, whichever watchdog acts.
+//!
+//! Nothing here follows a symlink: the directory must be a real directory owned by us (root in
+//! production), files are opened with `O_NOFOLLOW` and must be regular files we own; anything
+//! else is skipped when listing and refused when read directly.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cooldown::{GpuCooldown, Preemption};
+use super::rank::Rank;
+use super::victim::JobOnGpu;
+use crate::attribute::{same_process, ProcessIdentity};
+use crate::runtime;
+use crate::textfile;
+
+pub const REGISTRY_DIR: &str = "registry";
+/// An entry is a few hundred bytes; anything much larger is not one of ours.
+const MAX_FILE_BYTES: u64 = 4096;
+
+/// One GPU of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuRef {
+    pub index: u32,
+    pub uuid: String,
+}
+
+/// Another watchdog acted for this job because its own watchdog was gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActedBy {
+    /// The job whose watchdog acted.
+    pub job_id: u32,
+    /// Unix seconds.
+    pub at: u64,
+}
+
+/// One job watched on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub job_id: u32,
+    pub user: String,
+    /// Per GPU, bytes; `None`: no quota.
+    pub quota: Option<u64>,
+    pub rank: Rank,
+    pub preemptible: bool,
+    pub requeueable: bool,
+    /// Times we preempted the job before this run (from its record).
+    pub preemptions: u32,
+    /// Unix seconds, of this run.
+    pub start_time: u64,
+    pub gpus: Vec<GpuRef>,
+    pub watchdog: ProcessIdentity,
+    /// Unix seconds of the watchdog's last refresh.
+    pub heartbeat: u64,
+    pub acted_by: Option<ActedBy>,
+}
+
+impl Entry {
+    /// The entry's file: one `key=value` per line.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "job_id={}\nuser={}\nquota={}\nrank={}\nslurm_priority={}\npreemptible={}\n\
+             requeueable={}\npreemptions={}\nstart_time={}\ngpus={}\nwatchdog={} {}\nheartbeat={}\n",
+            self.job_id,
+            self.user,
+            self.quota.map_or("none".to_string(), |q| q.to_string()),
+            self.rank.value,
+            self.rank.slurm_priority,
+            yes_no(self.preemptible),
+            yes_no(self.requeueable),
+            self.preemptions,
+            self.start_time,
+            self.gpus
+                .iter()
+                .map(|g| format!("{}:{}", g.index, g.uuid))
+                .collect::<Vec<_>>()
+                .join(" "),
+            self.watchdog.pid,
+            self.watchdog.start_time,
+            self.heartbeat,
+        );
+        if let Some(acted) = self.acted_by {
+            text.push_str(&format!("acted_by={} {}\n", acted.job_id, acted.at));
+        }
+        text
+    }
+
+    /// Reads an entry's file. Unknown keys are ignored (a newer writer); a missing, repeated or
+    /// malformed key is an error naming it.
+    pub fn parse(text: &str) -> Result<Entry, String> {
+        let mut fields: Vec<(&str, &str)> = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| format!("not a key=value line: {line:?}"))?;
+            if fields.iter().any(|(k, _)| *k == key) {
+                return Err(format!("{key} given twice"));
+            }
+            fields.push((key, value));
+        }
+        let get = |key: &str| {
+            fields
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| format!("no {key}"))
+        };
+        let user = get("user")?;
+        if !is_plain_word(user) {
+            return Err(format!("bad user {user:?}"));
+        }
+        let quota = match get("quota")? {
+            "none" => None,
+            q => Some(number("quota", q)?),
+        };
+        let gpus = get("gpus")?
+            .split_whitespace()
+            .map(|gpu| {
+                let (index, uuid) = gpu
+                    .split_once(':')
+                    .filter(|(_, uuid)| is_gpu_uuid(uuid))
+                    .ok_or_else(|| format!("bad gpus item {gpu:?} (want INDEX:UUID)"))?;
+                Ok(GpuRef {
+                    index: number("gpus index", index)?,
+                    uuid: uuid.to_string(),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let (pid, started) = pair("watchdog", get("watchdog")?)?;
+        let acted_by = match get("acted_by") {
+            Ok(value) => {
+                let (job_id, at) = pair("acted_by", value)?;
+                Some(ActedBy { job_id, at })
+            }
+            Err(_) => None,
+        };
+        Ok(Entry {
+            job_id: number("job_id", get("job_id")?)?,
+            user: user.to_string(),
+            quota,
+            rank: Rank {
+                value: number("rank", get("rank")?)?,
+                slurm_priority: number("slurm_priority", get("slurm_priority")?)?,
+            },
+            preemptible: flag("preemptible", get("preemptible")?)?,
+            requeueable: flag("requeueable", get("requeueable")?)?,
+            preemptions: number("preemptions", get("preemptions")?)?,
+            start_time: number("start_time", get("start_time")?)?,
+            gpus,
+            watchdog: ProcessIdentity {
+                pid,
+                start_time: started,
+            },
+            heartbeat: number("heartbeat", get("heartbeat")?)?,
+            acted_by,
+        })
+    }
+
+    pub fn uses_gpu(&self, uuid: &str) -> bool {
+        self.gpus.iter().any(|g| g.uuid == uuid)
+    }
+
+    /// The job as victim selection sees it on one GPU where its processes use `used` bytes.
+    pub fn on_gpu(&self, used: u64) -> JobOnGpu {
+        JobOnGpu {
+            job_id: self.job_id,
+            quota: self.quota,
+            used,
+            rank: self.rank,
+            preemptible: self.preemptible,
+            start_time: self.start_time,
+            requeueable: self.requeueable,
+            preemptions: self.preemptions,
+        }
+    }
+
+    /// Whether its watchdog is gone: no heartbeat for longer than `timeout`, and its process no
+    /// longer runs. Both: a live but slow watchdog is never replaced, and a watchdog that just
+    /// exited cleanly removes its entry itself.
+    pub fn is_stale(&self, now: u64, timeout: Duration, proc_root: &Path) -> bool {
+        now.saturating_sub(self.heartbeat) > timeout.as_secs() && !same_process(proc_root, &self.watchdog)
+    }
+}
+
+/// What [`Registry::claim_for_dead`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadClaim {
+    /// The caller acts for the victim now; the entry (returned) records it.
+    Granted(Entry),
+    /// Another watchdog is claiming it at this moment.
+    Busy,
+    /// Another watchdog (or this one) already acted for it.
+    AlreadyActed(ActedBy),
+    /// Its watchdog is alive, or was heard from within the timeout: it acts itself.
+    NotStale,
+    /// No entry: the job left the node.
+    Gone,
+}
+
+/// The registry of one node, its directory checked once.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    dir: PathBuf,
+}
+
+impl Registry {
+    /// Opens (creating) `<runtime_dir>/registry`. Refuses a runtime directory or registry that is
+    /// a symlink, not a directory, or owned by someone else.
+    pub fn open(runtime_dir: &Path) -> io::Result<Registry> {
+        let dir = runtime_dir.join(REGISTRY_DIR);
+        for (path, mode) in [(runtime_dir, 0o755), (dir.as_path(), 0o755)] {
+            match fs::DirBuilder::new().mode(mode).create(path) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+            let meta = fs::symlink_metadata(path)?;
+            if !meta.file_type().is_dir() || meta.uid() != euid() {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("{} is not a directory owned by uid {}", path.display(), euid()),
+                ));
+            }
+        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
+        Ok(Registry { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes (replaces) the job's entry.
+    pub fn write(&self, entry: &Entry) -> io::Result<()> {
+        let bad = if !is_plain_word(&entry.user) {
+            Some(format!("user {:?}", entry.user))
+        } else {
+            entry
+                .gpus
+                .iter()
+                .find(|g| !is_gpu_uuid(&g.uuid))
+                .map(|g| format!("GPU UUID {:?}", g.uuid))
+        };
+        if let Some(bad) = bad {
+            return Err(invalid(format!("job {}: cannot register {bad}", entry.job_id)));
+        }
+        textfile::write_atomically(&self.dir, &entry.job_id.to_string(), &entry.render())
+    }
+
+    /// The watchdog's refresh each interval: a new heartbeat, the entry rewritten.
+    pub fn heartbeat(&self, entry: &mut Entry, now: u64) -> io::Result<()> {
+        entry.heartbeat = now;
+        self.write(entry)
+    }
+
+    /// The job's entry; `Ok(None)` when there is none, an error when it is not a valid entry.
+    pub fn read(&self, job_id: u32) -> io::Result<Option<Entry>> {
+        let Some(text) = read_own_file(&self.dir.join(job_id.to_string()))? else {
+            return Ok(None);
+        };
+        let entry = Entry::parse(&text).map_err(|e| invalid(format!("registry entry {job_id}: {e}")))?;
+        if entry.job_id != job_id {
+            return Err(invalid(format!(
+                "registry entry {job_id} names job {}",
+                entry.job_id
+            )));
+        }
+        Ok(Some(entry))
+    }
+
+    /// Removes the job's entry and its lock file (the job left the node).
+    pub fn remove(&self, job_id: u32) -> io::Result<()> {
+        textfile::remove(&self.dir, &job_id.to_string())?;
+        // After the entry: a claimant that still holds the old lock finds no entry and does nothing.
+        remove_if_present(&self.lock_path(&job_id.to_string()))
+    }
+
+    /// Every valid entry, by job id. Anything else in the directory (malformed files, symlinks,
+    /// files of other owners, temporary and lock files) is skipped.
+    pub fn list(&self) -> io::Result<Vec<Entry>> {
+        let mut entries = Vec::new();
+        for dirent in fs::read_dir(&self.dir)? {
+            let name = dirent?.file_name();
+            let Some(job_id) = name
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok().filter(|id| id.to_string() == n))
+            else {
+                continue;
+            };
+            if let Ok(Some(entry)) = self.read(job_id) {
+                entries.push(entry);
+            }
+        }
+        entries.sort_by_key(|e| e.job_id);
+        Ok(entries)
+    }
+
+    /// The entries whose watchdog is gone (see [`Entry::is_stale`]).
+    pub fn stale(&self, now: u64, timeout: Duration, proc_root: &Path) -> io::Result<Vec<Entry>> {
+        let mut entries = self.list()?;
+        entries.retain(|e| e.is_stale(now, timeout, proc_root));
+        Ok(entries)
+    }
+
+    /// Claims the right to act for `victim`, whose watchdog is gone, as the watchdog of job `me`.
+    /// Under the victim's lock: at most one watchdog is granted, and only once per entry.
+    pub fn claim_for_dead(
+        &self,
+        victim: u32,
+        me: u32,
+        now: u64,
+        timeout: Duration,
+        proc_root: &Path,
+    ) -> io::Result<DeadClaim> {
+        let Some(_lock) = try_flock(&self.lock_path(&victim.to_string()))? else {
+            return Ok(DeadClaim::Busy);
+        };
+        let Some(mut entry) = self.read(victim)? else {
+            return Ok(DeadClaim::Gone);
+        };
+        if let Some(acted) = entry.acted_by {
+            return Ok(DeadClaim::AlreadyActed(acted));
+        }
+        if !entry.is_stale(now, timeout, proc_root) {
+            return Ok(DeadClaim::NotStale);
+        }
+        entry.acted_by = Some(ActedBy { job_id: me, at: now });
+        self.write(&entry)?;
+        Ok(DeadClaim::Granted(entry))
+    }
+
+    /// Gives back a granted claim whose action failed, so that a watchdog may try again.
+    /// Does nothing unless `me` holds the claim.
+    pub fn withdraw_claim(&self, victim: u32, me: u32) -> io::Result<()> {
+        let Some(_lock) = try_flock(&self.lock_path(&victim.to_string()))? else {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("registry entry {victim} is locked by another watchdog"),
+            ));
+        };
+        match self.read(victim)? {
+            Some(mut entry) if entry.acted_by.is_some_and(|a| a.job_id == me) => {
+                entry.acted_by = None;
+                self.write(&entry)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The GPU's last preemption, as recorded by [`Registry::claim_gpu`].
+    pub fn gpu_cooldown(&self, uuid: &str) -> io::Result<GpuCooldown> {
+        check_gpu_uuid(uuid)?;
+        let Some(text) = read_own_file(&self.dir.join(gpu_file(uuid)))? else {
+            return Ok(GpuCooldown::default());
+        };
+        parse_gpu_cooldown(&text)
+            .map(|last| GpuCooldown { last: Some(last) })
+            .map_err(|e| invalid(format!("registry {}: {e}", gpu_file(uuid))))
+    }
+
+    /// Admits the preemption of `victim` on the GPU at `now`, once per cooldown whichever watchdog
+    /// asks: `Ok(Err(until))` when the GPU still cools down from another preemption.
+    pub fn claim_gpu(
+        &self,
+        uuid: &str,
+        victim: u32,
+        now: u64,
+        cooldown: Duration,
+    ) -> io::Result<Result<(), u64>> {
+        check_gpu_uuid(uuid)?;
+        // Another claim holds the lock for a read and a write: wait for it (up to a second) rather
+        // than answer "busy", since its outcome decides ours.
+        let mut lock = None;
+        for _ in 0..100 {
+            lock = try_flock(&self.lock_path(&gpu_file(uuid)))?;
+            if lock.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let Some(lock) = lock else {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!("the preemption lock of GPU {uuid} is held for more than a second"),
+            ));
+        };
+        let mut state = self.gpu_cooldown(uuid)?;
+        let admitted = state.try_record(victim, now, cooldown);
+        if admitted.is_ok() {
+            let last = state.last.expect("just recorded");
+            textfile::write_atomically(
+                &self.dir,
+                &gpu_file(uuid),
+                &format!("victim={}\nat={}\n", last.victim, last.at),
+            )?;
+        }
+        drop(lock);
+        Ok(admitted)
+    }
+
+    fn lock_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!(".lock-{name}"))
+    }
+}
+
+fn gpu_file(uuid: &str) -> String {
+    format!("gpu-{uuid}")
+}
+
+fn parse_gpu_cooldown(text: &str) -> Result<Preemption, String> {
+    let mut victim = None;
+    let mut at = None;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match line.split_once('=') {
+            Some(("victim", v)) => victim = Some(number("victim", v)?),
+            Some(("at", v)) => at = Some(number("at", v)?),
+            _ => return Err(format!("unexpected line {line:?}")),
+        }
+    }
+    Ok(Preemption {
+        victim: victim.ok_or("no victim")?,
+        at: at.ok_or("no at")?,
+    })
+}
+
+/// Reads a small regular file we own, without following a symlink: `Ok(None)` when absent.
+fn read_own_file(path: &Path) -> io::Result<Option<String>> {
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        // O_NONBLOCK: a FIFO planted here must not hang the watchdog.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() || meta.uid() != euid() || meta.len() > MAX_FILE_BYTES {
+        return Err(invalid(format!(
+            "{} is not a small regular file owned by uid {}",
+            path.display(),
+            euid()
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES).read_to_string(&mut text)?;
+    Ok(Some(text))
+}
+
+/// Takes an exclusive flock without waiting: `Ok(None)` when someone else holds it. The lock
+/// lives as long as the returned file.
+fn try_flock(path: &Path) -> io::Result<Option<File>> {
+    let file = runtime::open_private(path, 0o600)?;
+    // SAFETY: flock on a valid descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(file));
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
+fn remove_if_present(path: &Path) -> io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// A user name: no spaces, no control characters, nothing that breaks a `key=value` line.
+fn is_plain_word(word: &str) -> bool {
+    !word.is_empty() && !word.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// NVML's UUIDs (`GPU-8c6f...`, `MIG-...`): safe in a file name and in the `gpus=` list.
+fn is_gpu_uuid(uuid: &str) -> bool {
+    !uuid.is_empty() && uuid.len() <= 96 && uuid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+fn check_gpu_uuid(uuid: &str) -> io::Result<()> {
+    if is_gpu_uuid(uuid) {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a GPU UUID: {uuid:?}"),
+        ))
+    }
+}
+
+fn yes_no(flag: bool) -> &'static str {
+    if flag {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn flag(key: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("bad {key} {value:?} (want yes or no)")),
+    }
+}
+
+fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
+    value
+        .parse()
+        .map_err(|_| format!("bad {key} {value:?} (want a number)"))
+}
+
+fn pair<A: std::str::FromStr, B: std::str::FromStr>(key: &str, value: &str) -> Result<(A, B), String> {
+    let mut words = value.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some(a), Some(b), None) => Ok((number(key, a)?, number(key, b)?)),
+        _ => Err(format!("bad {key} {value:?} (want two numbers)")),
+    }
+}
