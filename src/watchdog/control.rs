@@ -42,12 +42,20 @@ impl Controller for SlurmController {
     }
 }
 
-/// Which NVML pids are the job's, by cgroup (or slurmstepd ancestry), remembered per process
-/// (pid and start time, so a reused pid is looked at afresh).
+/// Which NVML pids are the job's, by cgroup (or slurmstepd ancestry).
+///
+/// Cost matters (every sample, every process of every GPU): a pid is looked at once per sample
+/// however many GPUs list it; a pid the previous sample established is trusted without a /proc read
+/// (NVML lists live processes, and a pid reused between two samples would have to be reused by a
+/// process that also holds GPU memory); a pid seen for the first time is identified fully (cgroup or
+/// ancestry, with its start time). Before acting, a strict sample re-reads every start time.
 pub struct ProcAttributor {
     pub job_id: u32,
     pub proc_root: PathBuf,
-    seen: HashMap<u32, (u64, bool)>,
+    /// pid -> (start time, ours, the sample it was last listed in)
+    known: HashMap<u32, (u64, bool, u64)>,
+    sample: u64,
+    strict: bool,
 }
 
 impl ProcAttributor {
@@ -55,28 +63,46 @@ impl ProcAttributor {
         ProcAttributor {
             job_id,
             proc_root,
-            seen: HashMap::new(),
+            known: HashMap::new(),
+            sample: 0,
+            strict: true,
         }
     }
 }
 
 impl Attributor for ProcAttributor {
+    fn new_sample(&mut self, strict: bool) {
+        self.sample += 1;
+        self.strict = strict;
+        // Forget processes not listed for a while, so the map stays the size of the GPU's process list.
+        let sample = self.sample;
+        self.known.retain(|_, &mut (_, _, seen)| sample - seen <= 2);
+    }
+
     fn is_ours(&mut self, pid: u32) -> Option<bool> {
-        let start_time = attribute::identify(&self.proc_root, pid)?.start_time;
-        if let Some(&(known_start, ours)) = self.seen.get(&pid) {
-            if known_start == start_time {
+        if let Some(&(start_time, ours, seen)) = self.known.get(&pid) {
+            if seen == self.sample {
+                return Some(ours); // already looked at in this sample (listed by another GPU)
+            }
+            if !self.strict && seen + 1 == self.sample {
+                self.known.insert(pid, (start_time, ours, self.sample));
                 return Some(ours);
             }
+            match attribute::identify(&self.proc_root, pid) {
+                Some(now) if now.start_time == start_time => {
+                    self.known.insert(pid, (start_time, ours, self.sample));
+                    return Some(ours);
+                }
+                None => return None,
+                Some(_) => {} // a reused pid: a new process, looked at afresh below
+            }
         }
-        let ours = match attribute::owner_of(&self.proc_root, pid) {
-            Owner::Job { job_id, .. } => job_id == self.job_id,
-            Owner::NotAJob => false,
+        let (start_time, ours) = match attribute::owner_of(&self.proc_root, pid) {
+            Owner::Job { job_id, process, .. } => (process.start_time, job_id == self.job_id),
+            Owner::NotAJob => (attribute::identify(&self.proc_root, pid)?.start_time, false),
             Owner::Gone => return None,
         };
-        if self.seen.len() > 4096 {
-            self.seen.clear();
-        }
-        self.seen.insert(pid, (start_time, ours));
+        self.known.insert(pid, (start_time, ours, self.sample));
         Some(ours)
     }
 }

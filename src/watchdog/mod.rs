@@ -32,6 +32,9 @@ use ladder::{JobFacts, Ladder, Step};
 /// Which processes are the job's. `None`: the process is gone.
 pub trait Attributor {
     fn is_ours(&mut self, pid: u32) -> Option<bool>;
+    /// A new sample begins. `strict`: look at every process afresh (before acting), instead of
+    /// trusting what the previous sample established for a process that is still listed.
+    fn new_sample(&mut self, _strict: bool) {}
 }
 
 /// The job as slurmctld knows it.
@@ -305,6 +308,7 @@ impl Watchdog {
                 return Flow::Continue;
             }
         };
+        attributor.new_sample(false);
         self.job_pids = Self::job_pids(&samples, attributor);
         let mut worst = 0u64;
         let mut worst_gpu = 0u32;
@@ -376,6 +380,7 @@ impl Watchdog {
         quota: u64,
     ) {
         // Never act on a stale picture: processes may have exited or PIDs been reused since.
+        attributor.new_sample(true);
         let confirmed = gpus
             .sample()
             .map(|s| {

@@ -4,5 +4,6 @@
 mod hints;
 mod plugin;
 mod policy;
+mod report;
 mod support;
 mod watchdog;

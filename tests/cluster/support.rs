@@ -168,6 +168,7 @@ pub fn lab_policy(text: &str) -> String {
         ("runtime_dir", "/run/gpu-mem-quota", lab.join("gmq/run")),
         ("state_dir", "/var/lib/gpu-mem-quota", lab.join("gmq/state")),
     ];
+    let metrics = format!("textfile_dir = \"{}\"", lab.join("gmq/metrics").display());
     let mut out = String::new();
     let mut set = Vec::new();
     for line in text.lines() {
@@ -193,6 +194,12 @@ pub fn lab_policy(text: &str) -> String {
     match out.find("[enforcement]\n") {
         Some(at) => out.insert_str(at + "[enforcement]\n".len(), &missing),
         None => out.push_str(&format!("\n[enforcement]\n{missing}")),
+    }
+    // The lab's metrics directory, where the policy names the system's or none.
+    if out.contains("textfile_dir = \"/var/lib/prometheus/node-exporter\"") {
+        out = out.replace("textfile_dir = \"/var/lib/prometheus/node-exporter\"", &metrics);
+    } else if !out.contains("[metrics]") {
+        out.push_str(&format!("\n[metrics]\n{metrics}\n"));
     }
     out
 }
