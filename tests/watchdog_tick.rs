@@ -87,6 +87,10 @@ impl Controller for FakeSlurm {
             restarts: 0,
             requeueable: self.requeueable,
             admin_comment: self.admin_comment.clone(),
+            qos: "normal".into(),
+            partition: "gpu".into(),
+            account: "physics".into(),
+            priority: 1,
         })
     }
 

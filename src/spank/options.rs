@@ -11,6 +11,8 @@ pub struct SpankOption {
     pub name: &'static CStr,
     pub arginfo: &'static CStr,
     pub usage: &'static CStr,
+    /// Whether the option takes a value (`--opt=VALUE`) or is a flag.
+    pub has_arg: bool,
     /// The value Slurm hands back to the callback, to tell options apart.
     pub val: c_int,
     /// Checks a value on the submit host; the message names the option and the value.
@@ -21,9 +23,9 @@ impl SpankOption {
     pub fn to_raw(&self) -> sys::spank_option {
         sys::spank_option {
             name: self.name.as_ptr() as *mut c_char,
-            arginfo: self.arginfo.as_ptr() as *mut c_char,
+            arginfo: if self.has_arg { self.arginfo.as_ptr() as *mut c_char } else { std::ptr::null_mut() },
             usage: self.usage.as_ptr() as *mut c_char,
-            has_arg: 1,
+            has_arg: c_int::from(self.has_arg),
             val: self.val,
             cb: Some(on_option),
         }
@@ -35,6 +37,7 @@ pub const QUOTA: SpankOption = SpankOption {
     arginfo: c"SIZE",
     usage: c"GPU memory the job may use on each of its GPUs: a size as for --mem (40G, 40960M; bare number = MiB). \
         Over it the job is requeued or cancelled as the site configures.",
+    has_arg: true,
     val: 1,
     validate: |value| request::parse_quota_option(value).map(drop).map_err(|e| e.to_string()),
 };
@@ -44,11 +47,21 @@ pub const BATCH: SpankOption = SpankOption {
     arginfo: c"MICRO[xACCUM]",
     usage: c"The job's batch geometry (e.g. 8x8: micro-batch 8, gradient accumulation 8). After a requeue for GPU \
         memory the job is told a micro-batch and accumulation that keep the effective batch and fit its quota.",
+    has_arg: true,
     val: 2,
     validate: |value| crate::batch::parse_batch_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
-pub const ALL: &[SpankOption] = &[QUOTA, BATCH];
+pub const PREEMPTIBLE: SpankOption = SpankOption {
+    name: c"gpu-mem-preemptible",
+    arginfo: c"",
+    usage: c"Volunteer this job to be requeued first when a shared GPU runs short of memory.",
+    has_arg: false,
+    val: 3,
+    validate: |_| Ok(()),
+};
+
+pub const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
 
 /// The values given on this submit host's command line (by option `val`), kept for the policy check
 /// in `init_post_opt`: Slurm's getopt does not work in the allocator context. Plain process state:

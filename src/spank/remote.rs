@@ -320,6 +320,7 @@ fn plan(spank: &Spank) -> StepPlan {
                     quota: verdict.quota,
                     gpus,
                     config: args.config.clone(),
+                    preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
                 },
                 runtime_dir: config.enforcement.runtime_dir.clone(),
                 program: args.watchdog.clone(),

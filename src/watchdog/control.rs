@@ -22,6 +22,10 @@ impl Controller for SlurmController {
             restarts: info.restarts,
             requeueable: info.is_requeueable(),
             admin_comment: info.admin_comment,
+            qos: info.qos,
+            partition: info.partition,
+            account: info.account,
+            priority: info.priority,
         })
     }
 

@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::control::{ProcAttributor, SlurmController};
-use super::gpu::{GpuSource, NvmlSource};
+use super::contend::{Contender, JobFacts};
+use super::gpu::{GpuSource, NvmlSource, Recording};
+use crate::preempt::registry::GpuRef;
+use crate::preempt::JobPriority;
 use super::log::Log;
 use super::params::Params;
 use super::status::Status;
@@ -142,6 +145,7 @@ pub fn run(params: Params) -> ExitCode {
     install_signal_handlers();
     let proc_root = Path::new("/proc");
     let me = attribute::identify(proc_root, std::process::id());
+    let me_for_registry = me;
     if let Err(e) = me
         .ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat"))
         .and_then(|me| runtime::write_pid_file(&dir, me))
@@ -161,7 +165,8 @@ pub fn run(params: Params) -> ExitCode {
         .with_prediction(policy.prediction.clone());
     let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
     let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id);
-    match control.job() {
+    let job = control.job();
+    match &job {
         Ok(job) => watchdog.set_run(job.restarts),
         Err(e) => log.error(&format!("cannot read the job from slurmctld: {e}")),
     }
@@ -186,13 +191,50 @@ pub fn run(params: Params) -> ExitCode {
     };
     let mut gpus = open_nvml(&settings, &params, &mut reporter);
     let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
+    let mut contender = match (&gpus, &job, me_for_registry) {
+        (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
+            let facts = JobFacts {
+                user: user.clone(),
+                quota: params.quota.map(|q| q.bytes()),
+                priority: JobPriority {
+                    qos: job.qos.clone(),
+                    partition: job.partition.clone(),
+                    account: job.account.clone(),
+                    slurm_priority: job.priority,
+                },
+                preemptible: params.preemptible,
+                requeueable: job.requeueable,
+                preemptions: crate::record::parse(&job.admin_comment)
+                    .ok()
+                    .flatten()
+                    .map_or(0, |r| r.totals().events.get(crate::record::EventKind::Preempted)),
+            };
+            let gpu_refs = source.listed().into_iter().map(|(index, uuid)| GpuRef { index, uuid }).collect();
+            let settings = policy.preemption.clone();
+            match Contender::new(params.job_id, &node, settings, &settings_runtime(&policy), facts, gpu_refs, me) {
+                Ok(contender) => Some(contender),
+                Err(e) => {
+                    reporter.error(&format!("cannot join the node registry ({e}): this job takes no part in preemption"));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let mut last_check = Instant::now();
     let mut last_record: Option<String> = None;
     if let Some(gpus) = gpus.as_mut() {
         while !STOP.load(Ordering::SeqCst) {
-            if watchdog.tick(Instant::now(), gpus, &mut attributor, &mut control, &mut reporter) == Flow::Stop
+            let mut recording = Recording { inner: &mut *gpus, last: Vec::new() };
+            if watchdog.tick(Instant::now(), &mut recording, &mut attributor, &mut control, &mut reporter)
+                == Flow::Stop
             {
                 break;
+            }
+            if let Some(contender) = contender.as_mut() {
+                if !watchdog.has_acted() && contender.tick(&recording.last, &mut control, &mut reporter) {
+                    watchdog.mark_preempted();
+                }
             }
             metrics.write(&watchdog.metrics(&user), &mut reporter);
             if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
@@ -241,10 +283,17 @@ pub fn run(params: Params) -> ExitCode {
         }
     ));
     metrics.remove(&mut reporter);
+    if let Some(contender) = &contender {
+        contender.leave();
+    }
     if let Err(e) = runtime::remove_job_dir(&settings.runtime_dir, params.job_id) {
         reporter.error(&format!("cannot remove {}: {e}", dir.display()));
     }
     ExitCode::SUCCESS
+}
+
+fn settings_runtime(policy: &config::Config) -> PathBuf {
+    policy.enforcement.runtime_dir.clone()
 }
 
 /// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end.

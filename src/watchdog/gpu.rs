@@ -31,6 +31,24 @@ pub struct GpuSample {
     pub listed: bool,
 }
 
+/// A source that keeps its last sample, for the code that looks at the same sample after the loop.
+pub struct Recording<'a> {
+    pub inner: &'a mut dyn GpuSource,
+    pub last: Vec<GpuSample>,
+}
+
+impl GpuSource for Recording<'_> {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
+        let sample = self.inner.sample()?;
+        self.last = sample.clone();
+        Ok(sample)
+    }
+
+    fn gpu_total(&self) -> Option<u64> {
+        self.inner.gpu_total()
+    }
+}
+
 /// Where the watchdog gets its samples: NVML on a node, a table in tests.
 pub trait GpuSource {
     /// Samples the job's GPUs. An error means this sample is lost; the next may work.
@@ -180,6 +198,11 @@ impl GpuSource for NvmlSource {
 }
 
 impl NvmlSource {
+    /// The job's GPUs (those Slurm listed) as `(index, uuid)`.
+    pub fn listed(&self) -> Vec<(u32, String)> {
+        self.gpus.iter().filter(|g| g.listed).map(|g| (g.index, g.uuid.clone())).collect()
+    }
+
     /// The node's GPUs as `(index, uuid, total bytes)`, for the inventory file the plugin reads.
     pub fn inventory(&self) -> Vec<(u32, String, u64)> {
         self.gpus

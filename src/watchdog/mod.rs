@@ -9,6 +9,7 @@
 //! Fail-safe: when NVML, attribution or Slurm fails, the watchdog logs, backs off and leaves the
 //! job running. It acts only on its own job, and only on a fresh confirmation of the overuse.
 
+pub mod contend;
 pub mod control;
 pub mod daemon;
 pub mod gpu;
@@ -44,6 +45,10 @@ pub struct JobState {
     pub restarts: u32,
     pub requeueable: bool,
     pub admin_comment: String,
+    pub qos: String,
+    pub partition: String,
+    pub account: String,
+    pub priority: u32,
 }
 
 /// The watchdog's only way to Slurm: read its job, write its record, act on it.
@@ -502,6 +507,12 @@ impl Watchdog {
         let mut record = record::Record::default();
         record.insert(self.entry.clone()?);
         Some(record::render(&record))
+    }
+
+    /// The job was preempted (by the contention logic): from now on only wait for it to leave.
+    pub fn mark_preempted(&mut self) {
+        self.acted = Some(Action::Requeue);
+        self.state = status::JobHealth::Acted;
     }
 
     /// Whether this watchdog already acted (then it only waits for its job to leave the node).

@@ -17,6 +17,8 @@ pub struct Params {
     pub gpus: Vec<String>,
     /// The admin policy (enforcement settings).
     pub config: PathBuf,
+    /// The user volunteered the job for preemption (`--gpu-mem-preemptible`).
+    pub preemptible: bool,
 }
 
 impl Params {
@@ -32,6 +34,9 @@ impl Params {
         if let Some(quota) = self.quota {
             argv.push(format!("--quota-bytes={}", quota.bytes()));
         }
+        if self.preemptible {
+            argv.push("--preemptible".to_string());
+        }
         argv
     }
 
@@ -39,7 +44,7 @@ impl Params {
         let p = args::parse(
             argv,
             &["job", "uid", "gid", "gpus", "config", "quota-bytes"],
-            &["help"],
+            &["help", "preemptible"],
         )?;
         let number = |key: &str| -> Result<u32, String> {
             let text = p.value(key).ok_or_else(|| format!("--{key} is required"))?;
@@ -68,6 +73,7 @@ impl Params {
             quota,
             gpus,
             config,
+            preemptible: p.flag("preemptible"),
         })
     }
 }
@@ -85,6 +91,7 @@ mod tests {
             quota: Some(ByteSize::from_bytes(42949672960)),
             gpus: vec!["0".into(), "2".into()],
             config: PathBuf::from("/etc/slurm/gpu-mem-quota.toml"),
+            preemptible: true,
         };
         let argv = params.to_args();
         assert_eq!(Params::from_args(&argv[1..]), Ok(params));

@@ -4,6 +4,7 @@
 mod hints;
 mod plugin;
 mod policy;
+mod preempt;
 mod report;
 mod support;
 mod watchdog;

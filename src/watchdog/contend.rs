@@ -1,0 +1,230 @@
+//! Preemption on a contended GPU, the watchdog's side (issue 7; design in docs/PREEMPTION.md).
+//!
+//! Each interval every watchdog on the node refreshes its job's entry in the node registry, then,
+//! for each of its GPUs, builds the same snapshot the others build (NVML's processes attributed to
+//! their jobs, the registry's entries for the jobs on the GPU) and runs the same pure decision. Only
+//! the victim's watchdog acts, on its own job, after claiming the GPU's cooldown; a victim whose
+//! watchdog is dead (stale heartbeat, process gone) is acted for by one other watchdog, once, under
+//! the registry's lock.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::control::SlurmController;
+use super::gpu::GpuSample;
+use super::{Controller, Reporter};
+use crate::attribute::{self, ProcessIdentity};
+use crate::config::Action;
+use crate::preempt::registry::{DeadClaim, Entry, GpuRef, Registry};
+use crate::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
+use crate::record::{self, EventKind};
+use crate::size::ByteSize;
+use crate::slurmctl::SlurmTools;
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// What the watchdog knows of its job for the registry.
+pub struct JobFacts {
+    pub user: String,
+    pub quota: Option<u64>,
+    pub priority: JobPriority,
+    pub preemptible: bool,
+    pub requeueable: bool,
+    /// Preemptions in earlier runs (from the job's record).
+    pub preemptions: u32,
+}
+
+pub struct Contender {
+    job_id: u32,
+    node: String,
+    settings: PreemptSettings,
+    registry: Registry,
+    entry: Entry,
+    proc_root: PathBuf,
+    /// Set once this watchdog preempted its own job: nothing more to decide.
+    done: bool,
+}
+
+impl Contender {
+    pub fn new(
+        job_id: u32,
+        node: &str,
+        settings: PreemptSettings,
+        runtime_dir: &Path,
+        facts: JobFacts,
+        gpus: Vec<GpuRef>,
+        me: ProcessIdentity,
+    ) -> std::io::Result<Contender> {
+        let registry = Registry::open(runtime_dir)?;
+        let rank: Rank = rank_of(&settings.ranks, &facts.priority);
+        let entry = Entry {
+            job_id,
+            user: facts.user,
+            quota: facts.quota,
+            rank,
+            preemptible: facts.preemptible,
+            requeueable: facts.requeueable,
+            preemptions: facts.preemptions,
+            start_time: unix_now(),
+            gpus,
+            watchdog: me,
+            heartbeat: unix_now(),
+            acted_by: None,
+        };
+        registry.write(&entry)?;
+        Ok(Contender {
+            job_id,
+            node: node.to_string(),
+            settings,
+            registry,
+            entry,
+            proc_root: PathBuf::from("/proc"),
+            done: false,
+        })
+    }
+
+    /// One interval: heartbeat, then decide for each of the job's GPUs. Returns true when this
+    /// watchdog preempted its own job.
+    pub fn tick(&mut self, samples: &[GpuSample], control: &mut dyn Controller, report: &mut dyn Reporter) -> bool {
+        if self.done {
+            return false;
+        }
+        let now = unix_now();
+        if let Err(e) = self.registry.heartbeat(&mut self.entry, now) {
+            report.error(&format!("cannot refresh the node registry: {e}"));
+        }
+        let Ok(entries) = self.registry.list() else { return false };
+        let mine: Vec<&GpuSample> = samples.iter().filter(|g| self.entry.uses_gpu(&g.uuid)).collect();
+        for gpu in mine {
+            let used_by = self.usage_by_job(gpu);
+            let jobs = entries
+                .iter()
+                .filter(|e| e.uses_gpu(&gpu.uuid))
+                .map(|e| e.on_gpu(used_by.get(&e.job_id).copied().unwrap_or(0)))
+                .collect();
+            let snapshot = crate::preempt::GpuSnapshot {
+                index: gpu.index,
+                total: gpu.total,
+                used: gpu.used,
+                seconds_to_full: None,
+                jobs,
+            };
+            let cooldown = match self.registry.gpu_cooldown(&gpu.uuid) {
+                Ok(c) => c,
+                Err(e) => {
+                    report.error(&format!("cannot read GPU {}'s cooldown: {e}", gpu.index));
+                    continue;
+                }
+            };
+            let Decision::Preempt { contention, victim, .. } = decide(&snapshot, &self.settings, &cooldown, now) else {
+                continue;
+            };
+            let why = format!("GPU {} contended ({contention}): {}", gpu.index, victim.why);
+            if victim.job_id == self.job_id {
+                if self.preempt(&gpu.uuid, victim.action, &why, control, report, now) {
+                    self.done = true;
+                    return true;
+                }
+            } else if let Some(entry) = entries.iter().find(|e| e.job_id == victim.job_id) {
+                if entry.is_stale(now, self.settings.heartbeat_timeout, &self.proc_root) {
+                    self.act_for_dead(entry, &gpu.uuid, victim.action, &why, report, now);
+                }
+            }
+        }
+        false
+    }
+
+    /// Bytes each job's processes hold on this GPU (processes of no job count toward no one).
+    fn usage_by_job(&self, gpu: &GpuSample) -> BTreeMap<u32, u64> {
+        let mut used = BTreeMap::new();
+        for p in &gpu.processes {
+            if let Some(job) = attribute::owner_of(&self.proc_root, p.pid).job_id() {
+                *used.entry(job).or_insert(0u64) += p.used.unwrap_or(0);
+            }
+        }
+        used
+    }
+
+    /// This watchdog's job is the victim: claim the GPU, record, requeue.
+    fn preempt(
+        &mut self,
+        uuid: &str,
+        action: Action,
+        why: &str,
+        control: &mut dyn Controller,
+        report: &mut dyn Reporter,
+        now: u64,
+    ) -> bool {
+        match self.registry.claim_gpu(uuid, self.job_id, now, self.settings.cooldown) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return false, // another job was preempted on this GPU just now
+            Err(e) => {
+                report.error(&format!("cannot claim the GPU for a preemption: {e}"));
+                return false;
+            }
+        }
+        match record_and_act(control, &self.node, self.entry.quota, action, why) {
+            Ok(()) => {
+                report.warning(&format!("preempted: {why}; {}", super::action_name(action)));
+                true
+            }
+            Err(e) => {
+                report.error(&format!("preemption failed: {e}"));
+                false
+            }
+        }
+    }
+
+    /// The victim's watchdog is gone: act for it, once, under the registry's lock.
+    fn act_for_dead(&mut self, victim: &Entry, uuid: &str, action: Action, why: &str, report: &mut dyn Reporter, now: u64) {
+        let claim = self.registry.claim_for_dead(
+            victim.job_id,
+            self.job_id,
+            now,
+            self.settings.heartbeat_timeout,
+            &self.proc_root,
+        );
+        let Ok(DeadClaim::Granted(_)) = claim else { return };
+        if !matches!(self.registry.claim_gpu(uuid, victim.job_id, now, self.settings.cooldown), Ok(Ok(()))) {
+            let _ = self.registry.withdraw_claim(victim.job_id, self.job_id);
+            return;
+        }
+        let mut tools = SlurmTools::find();
+        if let Ok(conf) = std::env::var("SLURM_CONF") {
+            tools = tools.with_slurm_conf(&conf);
+        }
+        let mut control = SlurmController { job_id: victim.job_id, tools };
+        let why = format!("{why} (acting for job {}, whose watchdog is gone)", victim.job_id);
+        match record_and_act(&mut control, &self.node, victim.quota, action, &why) {
+            Ok(()) => report.warning(&format!("preempted job {}: {why}", victim.job_id)),
+            Err(e) => {
+                let _ = self.registry.withdraw_claim(victim.job_id, self.job_id);
+                report.error(&format!("could not preempt job {} for its dead watchdog: {e}", victim.job_id));
+            }
+        }
+    }
+
+    /// The watchdog leaves: its entry goes with it.
+    pub fn leave(&self) {
+        let _ = self.registry.remove(self.job_id);
+    }
+}
+
+/// Records the preemption in the job's AdminComment (first: it must survive the requeue and tells
+/// the next run `preempted`), then requeues (or holds) the job.
+fn record_and_act(control: &mut dyn Controller, node: &str, quota: Option<u64>, action: Action, why: &str) -> Result<(), String> {
+    let job = control.job()?;
+    let mut entry = record::Entry::new(node, job.restarts, ByteSize::from_bytes(quota.unwrap_or(0)));
+    let at = unix_now();
+    entry.count_event(EventKind::Preempted, at);
+    entry.count_event(if action == Action::RequeueHold { EventKind::Held } else { EventKind::Requeued }, at);
+    if action == Action::Requeue {
+        entry.facts.restarts += 1;
+    }
+    let merged = record::merge(&job.admin_comment, &entry);
+    control.set_admin_comment(&merged.admin_comment).map_err(|e| format!("{e} (while recording: {why})"))?;
+    control.perform(action)
+}
