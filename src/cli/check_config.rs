@@ -6,8 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::args;
-use crate::config::values::{format_duration, signal_name};
+use crate::config::values::{after_max_name, format_duration, signal_name};
 use crate::config::{self, Config, RuleKind};
+use crate::preempt::{rank_of, JobPriority, RankKind};
 use crate::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
 use crate::size::{parse_size, ByteSize};
 
@@ -211,6 +212,8 @@ fn explain(
     write_enforcement(&mut out, config, outcome.as_ref().ok().and_then(|e| e.quota));
     let _ = writeln!(out);
     write_job_settings(&mut out, config);
+    let _ = writeln!(out);
+    write_preemption(&mut out, config, who);
     out
 }
 
@@ -432,5 +435,76 @@ fn write_job_settings(out: &mut String, config: &Config) {
     let _ = writeln!(out, "For a job with a quota (the same for every job):");
     for (what, value) in rows {
         let _ = writeln!(out, "  {what:<21} {value}");
+    }
+}
+
+/// `[preemption]`: whether it is on, and this job's rank (the first of QOS, partition, account
+/// that `[preemption.ranks]` names, else 0; Slurm's priority breaks ties on the node).
+fn write_preemption(out: &mut String, config: &Config, who: &Identity) {
+    let p = &config.preemption;
+    let name = |kind: RankKind| match kind {
+        RankKind::Qos => who.qos.as_deref(),
+        RankKind::Partition => who.partition.as_deref(),
+        RankKind::Account => who.account.as_deref(),
+    };
+    let job = JobPriority {
+        qos: name(RankKind::Qos).unwrap_or_default().to_string(),
+        partition: name(RankKind::Partition).unwrap_or_default().to_string(),
+        account: name(RankKind::Account).unwrap_or_default().to_string(),
+        slurm_priority: 0,
+    };
+    let rank = rank_of(&p.ranks, &job).value;
+    // The kinds in the order rank_of consults them, up to the one that names the job.
+    let mut source = None;
+    let mut unknown = Vec::new();
+    for kind in RankKind::ALL {
+        match name(kind) {
+            Some(n) if p.ranks.contains_key(&(kind, n.to_string())) => {
+                source = Some((kind, n));
+                break;
+            }
+            Some(_) => {}
+            None if p.ranks.keys().any(|(k, _)| *k == kind) => unknown.push(kind.name()),
+            None => {}
+        }
+    }
+    let from = match source {
+        Some((kind, n)) => format!("[preemption.ranks] {}.{}", kind.name(), config::toml_key(n)),
+        None => "no rank names this job's QOS, partition or account".to_string(),
+    };
+    let after_max = match p.after_max {
+        crate::preempt::AfterMax::Hold => "held",
+        crate::preempt::AfterMax::LeaveAlone => "left alone",
+    };
+    let rows = [
+        (
+            "enabled",
+            if p.enabled { "yes" } else { "no (enabled = false)" }.to_string(),
+        ),
+        ("this job's rank", format!("{rank}  <- {from}")),
+        ("reserve", format!("{} of each GPU kept free", p.reserve)),
+        (
+            "cooldown",
+            format!(
+                "{} per GPU; {after_max} (\"{}\") after {} preemptions",
+                format_duration(p.cooldown),
+                after_max_name(p.after_max),
+                p.max_preemptions_per_job
+            ),
+        ),
+    ];
+    let _ = writeln!(
+        out,
+        "Preemption on a shared GPU (lower rank goes first, ties by Slurm priority):"
+    );
+    for (what, value) in rows {
+        let _ = writeln!(out, "  {what:<21} {value}");
+    }
+    if !unknown.is_empty() {
+        let _ = writeln!(
+            out,
+            "  (the rank may differ: {} not given, and [preemption.ranks] names some)",
+            unknown.join(", ")
+        );
     }
 }

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use error::{ConfigError, ConfigErrors, LoadError};
+pub use error::{toml_key, ConfigError, ConfigErrors, LoadError};
 pub use render::render;
 pub use values::{Action, Amount, DefaultQuota, OnConfigError, Percent};
 
@@ -112,6 +112,8 @@ pub struct Config {
     pub prediction: Prediction,
     /// `[metrics]`: Prometheus textfile-collector output.
     pub metrics: Metrics,
+    /// `[preemption]`: priority preemption on a contended GPU (off unless the admin turns it on).
+    pub preemption: crate::preempt::PreemptSettings,
 }
 
 /// `[frameworks]`.
@@ -266,6 +268,17 @@ pub mod limits {
     pub const MAX_HINT_MARGIN: f64 = 0.5;
     pub const MIN_HORIZON: Duration = Duration::from_secs(10);
     pub const MAX_HORIZON: Duration = Duration::from_secs(24 * 3600);
+
+    /// `[preemption] horizon`: 0 turns trend-based contention off; beyond an hour a trend says little.
+    pub const MAX_PREEMPT_HORIZON: Duration = Duration::from_secs(3600);
+    /// `[preemption] cooldown`: at least a second (0 would let a GPU preempt a job every sample).
+    pub const MIN_PREEMPT_COOLDOWN: Duration = Duration::from_secs(1);
+    pub const MAX_PREEMPT_COOLDOWN: Duration = Duration::from_secs(24 * 3600);
+    pub const MAX_PREEMPTIONS_LIMIT: u32 = 100;
+    /// `[preemption] heartbeat_timeout`: heartbeats are compared in whole seconds, so below 2 s a
+    /// live watchdog could look stale between two of its samples.
+    pub const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+    pub const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3600);
 }
 
 impl Default for Enforcement {

@@ -39,6 +39,8 @@ pub struct RawConfig {
     pub prediction: RawPrediction,
     #[serde(default)]
     pub metrics: RawMetrics,
+    #[serde(default)]
+    pub preemption: RawPreemption,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -109,4 +111,37 @@ pub struct RawPrediction {
 #[serde(deny_unknown_fields, expecting = "a table with textfile_dir")]
 pub struct RawMetrics {
     pub textfile_dir: Leaf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a table with enabled, reserve, horizon, cooldown, max_preemptions_per_job, after_max, heartbeat_timeout, ranks"
+)]
+pub struct RawPreemption {
+    pub enabled: Leaf,
+    pub reserve: Leaf,
+    pub horizon: Leaf,
+    pub cooldown: Leaf,
+    pub max_preemptions_per_job: Leaf,
+    pub after_max: Leaf,
+    pub heartbeat_timeout: Leaf,
+    #[serde(default)]
+    pub ranks: RawRanks,
+}
+
+/// Names to ranks (`{ scavenger = -10, production = 100 }`), each with its place. A value of the
+/// wrong type is checked in `validate`; a `qos = 5` (not a table) is a shape error here.
+pub type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+
+/// `[preemption.ranks]`: only the three kinds a rank can be keyed by (`crate::preempt::RankKind`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with qos, partition, account")]
+pub struct RawRanks {
+    #[serde(default)]
+    pub qos: RankTable,
+    #[serde(default)]
+    pub partition: RankTable,
+    #[serde(default)]
+    pub account: RankTable,
 }

@@ -4,8 +4,10 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use super::values::{format_duration, signal_name};
+use super::error::toml_key;
+use super::values::{after_max_name, format_duration, signal_name};
 use super::{Config, Rule, RuleKind};
+use crate::preempt::{PreemptSettings, RankKind};
 
 pub fn render(config: &Config) -> String {
     let mut out = String::from("[defaults]\n");
@@ -72,7 +74,40 @@ pub fn render(config: &Config) -> String {
         "textfile_dir = {}",
         dir.map_or("\"none\"".to_string(), quoted_path)
     );
+    write_preemption(&mut out, &config.preemption);
     out
+}
+
+fn write_preemption(out: &mut String, p: &PreemptSettings) {
+    out.push_str("\n[preemption]\n");
+    let _ = writeln!(out, "enabled = {}", p.enabled);
+    let _ = writeln!(out, "reserve = \"{}\"", p.reserve);
+    let _ = writeln!(out, "horizon = \"{}\"", format_duration(p.horizon));
+    let _ = writeln!(out, "cooldown = \"{}\"", format_duration(p.cooldown));
+    let _ = writeln!(out, "max_preemptions_per_job = {}", p.max_preemptions_per_job);
+    let _ = writeln!(out, "after_max = \"{}\"", after_max_name(p.after_max));
+    let _ = writeln!(
+        out,
+        "heartbeat_timeout = \"{}\"",
+        format_duration(p.heartbeat_timeout)
+    );
+    out.push_str("\n[preemption.ranks]\n");
+    for kind in RankKind::ALL {
+        let entries: Vec<String> = p
+            .ranks
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|((_, name), rank)| format!("{} = {rank}", toml_key(name)))
+            .collect();
+        match entries.as_slice() {
+            [] => {
+                let _ = writeln!(out, "{} = {{}}", kind.name());
+            }
+            entries => {
+                let _ = writeln!(out, "{} = {{ {} }}", kind.name(), entries.join(", "));
+            }
+        }
+    }
 }
 
 fn write_rule(out: &mut String, rule: &Rule) {

@@ -8,16 +8,17 @@ use std::time::Duration;
 
 use toml::{Spanned, Value};
 
-use super::error::{line_column, ConfigError};
+use super::error::{line_column, toml_key, ConfigError};
 use super::raw::{
-    Leaf, RawConfig, RawDefaults, RawEnforcement, RawFrameworks, RawHints, RawMetrics, RawPrediction,
-    RawRule, Rules,
+    Leaf, RankTable, RawConfig, RawDefaults, RawEnforcement, RawFrameworks, RawHints, RawMetrics,
+    RawPrediction, RawPreemption, RawRanks, RawRule, Rules,
 };
 use super::values::{
-    format_duration, parse_action, parse_amount, parse_default_quota, parse_duration, parse_on_config_error,
-    parse_signal, Action, Amount, DefaultQuota,
+    format_duration, parse_action, parse_after_max, parse_amount, parse_default_quota, parse_duration,
+    parse_on_config_error, parse_signal, Action, Amount, DefaultQuota,
 };
 use super::{limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, Rule, RuleKind};
+use crate::preempt::{PreemptSettings, RankKind, Ranks};
 use crate::size::{parse_size, ByteSize};
 
 pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
@@ -36,6 +37,7 @@ pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> 
     let hints = check.hints(&raw.hints);
     let prediction = check.prediction(&raw.prediction);
     let metrics = check.metrics(&raw.metrics);
+    let preemption = check.preemption(&raw.preemption);
     if !check.errors.is_empty() {
         let mut errors = check.errors;
         errors.sort_by_key(|e| (e.line, e.column));
@@ -53,6 +55,7 @@ pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> 
         hints,
         prediction,
         metrics,
+        preemption,
     })
 }
 
@@ -166,7 +169,11 @@ impl Checker<'_> {
             within(parse_duration(t)?, Duration::ZERO, limits::MAX_GRACE)
         });
         let warn_threshold = self.warn_threshold(&raw.warn_threshold, &key("warn_threshold"));
-        let max_requeues = self.max_requeues(&raw.max_requeues, &key("max_requeues"));
+        let max_requeues = self.count(
+            &raw.max_requeues,
+            &key("max_requeues"),
+            limits::MAX_REQUEUES_LIMIT,
+        );
         let action = self.parsed(&raw.action, &key("action"), "\"requeue\"", |t| {
             parse_action(t, &Action::ALL)
         });
@@ -257,9 +264,9 @@ impl Checker<'_> {
         None
     }
 
-    fn max_requeues(&mut self, leaf: &Leaf, key: &str) -> Option<u32> {
+    /// A whole number 0 to `limit`.
+    fn count(&mut self, leaf: &Leaf, key: &str, limit: u32) -> Option<u32> {
         let value = leaf.as_ref()?;
-        let limit = limits::MAX_REQUEUES_LIMIT;
         match value.get_ref() {
             Value::Integer(n) if (0..=i64::from(limit)).contains(n) => Some(*n as u32),
             Value::Integer(n) => {
@@ -398,6 +405,95 @@ impl Checker<'_> {
         Metrics {
             textfile_dir: textfile_dir.unwrap_or(Metrics::default().textfile_dir),
         }
+    }
+
+    fn preemption(&mut self, raw: &RawPreemption) -> PreemptSettings {
+        let built_in = PreemptSettings::default();
+        let key = |name: &str| format!("[preemption] {name}");
+        let enabled = self.boolean(&raw.enabled, &key("enabled"));
+        // parse_amount refuses 0 and 0%: a reserve of nothing would never see contention coming.
+        let reserve = self.parsed(&raw.reserve, &key("reserve"), "\"5%\" or \"4G\"", parse_amount);
+        let duration = |min: Duration, max: Duration| move |t: &str| within(parse_duration(t)?, min, max);
+        let horizon = self.parsed(
+            &raw.horizon,
+            &key("horizon"),
+            "\"30s\"",
+            duration(Duration::ZERO, limits::MAX_PREEMPT_HORIZON),
+        );
+        let cooldown = self.parsed(
+            &raw.cooldown,
+            &key("cooldown"),
+            "\"5m\"",
+            duration(limits::MIN_PREEMPT_COOLDOWN, limits::MAX_PREEMPT_COOLDOWN),
+        );
+        let max_preemptions_per_job = self.count(
+            &raw.max_preemptions_per_job,
+            &key("max_preemptions_per_job"),
+            limits::MAX_PREEMPTIONS_LIMIT,
+        );
+        let after_max = self.parsed(&raw.after_max, &key("after_max"), "\"hold\"", parse_after_max);
+        let heartbeat_timeout = self.parsed(
+            &raw.heartbeat_timeout,
+            &key("heartbeat_timeout"),
+            "\"30s\"",
+            duration(limits::MIN_HEARTBEAT_TIMEOUT, limits::MAX_HEARTBEAT_TIMEOUT),
+        );
+        let ranks = self.ranks(&raw.ranks);
+        PreemptSettings {
+            enabled: enabled.unwrap_or(built_in.enabled),
+            reserve: reserve.unwrap_or(built_in.reserve),
+            horizon: horizon.unwrap_or(built_in.horizon),
+            cooldown: cooldown.unwrap_or(built_in.cooldown),
+            max_preemptions_per_job: max_preemptions_per_job.unwrap_or(built_in.max_preemptions_per_job),
+            after_max: after_max.unwrap_or(built_in.after_max),
+            heartbeat_timeout: heartbeat_timeout.unwrap_or(built_in.heartbeat_timeout),
+            ranks,
+        }
+    }
+
+    /// `[preemption.ranks]`: every name and rank checked; the good ones kept.
+    fn ranks(&mut self, raw: &RawRanks) -> Ranks {
+        let mut ranks = Ranks::new();
+        for kind in RankKind::ALL {
+            let table: &RankTable = match kind {
+                RankKind::Qos => &raw.qos,
+                RankKind::Partition => &raw.partition,
+                RankKind::Account => &raw.account,
+            };
+            let noun = match kind {
+                RankKind::Qos => "QOS",
+                RankKind::Partition => "partition",
+                RankKind::Account => "account",
+            };
+            for (name, value) in table {
+                let key = format!("[preemption.ranks] {}.{}", kind.name(), toml_key(name.get_ref()));
+                if let Some(problem) = unmatchable(name.get_ref()) {
+                    let message = format!("{noun} name {problem}: this rank would never apply");
+                    self.report(name.span(), &key, message);
+                    continue;
+                }
+                let rank = match value.get_ref() {
+                    Value::Integer(n) => i32::try_from(*n).map_err(|_| {
+                        format!(
+                            "{n} is out of range: give a whole number {} to {}",
+                            i32::MIN,
+                            i32::MAX
+                        )
+                    }),
+                    other => Err(format!(
+                        "expected a whole number such as 100 or -10 (lower ranks are preempted first), found {} {other}",
+                        other.type_str()
+                    )),
+                };
+                match rank {
+                    Ok(rank) => {
+                        ranks.insert((kind, name.get_ref().clone()), rank);
+                    }
+                    Err(message) => self.report(value.span(), &key, message),
+                }
+            }
+        }
+        ranks
     }
 
     fn path(&mut self, leaf: &Leaf, key: &str) -> Option<PathBuf> {

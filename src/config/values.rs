@@ -5,6 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::preempt::AfterMax;
 use crate::size::{parse_size, ByteSize};
 
 const MIB: u64 = 1 << 20;
@@ -299,6 +300,29 @@ pub fn signal_name(signal: Option<i32>) -> String {
     }
 }
 
+/// `[preemption] after_max`: the names the file uses, with what they mean.
+const AFTER_MAX_NAMES: [(&str, AfterMax); 2] =
+    [("hold", AfterMax::Hold), ("leave-alone", AfterMax::LeaveAlone)];
+
+/// Parses `"hold"` or `"leave-alone"`.
+pub fn parse_after_max(text: &str) -> Result<AfterMax, String> {
+    match AFTER_MAX_NAMES.iter().find(|(name, _)| *name == text) {
+        Some(&(_, after_max)) => Ok(after_max),
+        None => Err(format!(
+            "invalid value '{}': expected \"hold\" or \"leave-alone\"",
+            text.escape_debug()
+        )),
+    }
+}
+
+/// The name [`parse_after_max`] reads back.
+pub fn after_max_name(after_max: AfterMax) -> &'static str {
+    match after_max {
+        AfterMax::Hold => "hold",
+        AfterMax::LeaveAlone => "leave-alone",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,6 +461,18 @@ mod tests {
             Ok(OnConfigError::FailClosed)
         );
         assert!(parse_on_config_error("closed").is_err());
+    }
+
+    #[test]
+    fn after_max() {
+        for after_max in [AfterMax::Hold, AfterMax::LeaveAlone] {
+            assert_eq!(parse_after_max(after_max_name(after_max)), Ok(after_max));
+        }
+        assert_eq!(
+            parse_after_max("leave_alone").unwrap_err(),
+            "invalid value 'leave_alone': expected \"hold\" or \"leave-alone\""
+        );
+        assert!(parse_after_max("Hold").is_err());
     }
 
     #[test]
