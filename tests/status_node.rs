@@ -41,6 +41,7 @@ fn fake_node(runtime: &Path) {
                 used_bytes: 36 * GIB,
                 peak_bytes: 38 * GIB,
                 total_bytes: 80 * GIB,
+                health: JobHealth::Warn,
             },
             GpuStatus {
                 index: 1,
@@ -48,8 +49,10 @@ fn fake_node(runtime: &Path) {
                 used_bytes: 10 * GIB,
                 peak_bytes: 12 * GIB,
                 total_bytes: 80 * GIB,
+                health: JobHealth::Warn,
             },
         ],
+        prediction: None,
     };
     fs::write(job_dir(runtime, "101").join("status.json"), status.to_json()).unwrap();
     let documented = r#"{
@@ -80,7 +83,7 @@ fn lists_the_jobs_of_the_node() {
 JOBID  STATE       GPU  UUID      USED  QUOTA  PEAK  USED/QUOTA  PEAK/QUOTA  UPDATED
 101    warn        0    GPU-aaaa  36G   40G    38G   90.0%       95.0%       5s ago
 101    warn        1    GPU-bbbb  10G   40G    12G   25.0%       30.0%       5s ago
-102    over-quota  3    GPU-cccc  20G   20G    20G   100.0%      100.0%      -
+102    over-quota  3    GPU-cccc  20G   20G    20G   100.0%      100.0%      0s ago
 Job 103: no status file (no quota, or its watchdog is starting).
 Job 104: status file unreadable: expected a string at byte 14
 ";

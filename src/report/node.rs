@@ -92,7 +92,10 @@ pub fn parse_status(job_id: u32, text: &str) -> Result<JobStatus, String> {
     }
     Ok(JobStatus {
         job_id,
-        updated_at: doc.get("updated_at").and_then(Value::as_u64),
+        updated_at: doc.get("updated_at").and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(crate::watchdog::status::parse_rfc3339))
+        }),
         state: job_state,
         action: text_of(doc.get("action")),
         gpus,

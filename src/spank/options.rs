@@ -23,7 +23,11 @@ impl SpankOption {
     pub fn to_raw(&self) -> sys::spank_option {
         sys::spank_option {
             name: self.name.as_ptr() as *mut c_char,
-            arginfo: if self.has_arg { self.arginfo.as_ptr() as *mut c_char } else { std::ptr::null_mut() },
+            arginfo: if self.has_arg {
+                self.arginfo.as_ptr() as *mut c_char
+            } else {
+                std::ptr::null_mut()
+            },
             usage: self.usage.as_ptr() as *mut c_char,
             has_arg: c_int::from(self.has_arg),
             val: self.val,

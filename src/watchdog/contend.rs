@@ -23,7 +23,10 @@ use crate::size::ByteSize;
 use crate::slurmctl::SlurmTools;
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// What the watchdog knows of its job for the registry.
@@ -88,7 +91,12 @@ impl Contender {
 
     /// One interval: heartbeat, then decide for each of the job's GPUs. Returns true when this
     /// watchdog preempted its own job.
-    pub fn tick(&mut self, samples: &[GpuSample], control: &mut dyn Controller, report: &mut dyn Reporter) -> bool {
+    pub fn tick(
+        &mut self,
+        samples: &[GpuSample],
+        control: &mut dyn Controller,
+        report: &mut dyn Reporter,
+    ) -> bool {
         if self.done {
             return false;
         }
@@ -96,7 +104,9 @@ impl Contender {
         if let Err(e) = self.registry.heartbeat(&mut self.entry, now) {
             report.error(&format!("cannot refresh the node registry: {e}"));
         }
-        let Ok(entries) = self.registry.list() else { return false };
+        let Ok(entries) = self.registry.list() else {
+            return false;
+        };
         let mine: Vec<&GpuSample> = samples.iter().filter(|g| self.entry.uses_gpu(&g.uuid)).collect();
         for gpu in mine {
             let used_by = self.usage_by_job(gpu);
@@ -119,7 +129,10 @@ impl Contender {
                     continue;
                 }
             };
-            let Decision::Preempt { contention, victim, .. } = decide(&snapshot, &self.settings, &cooldown, now) else {
+            let Decision::Preempt {
+                contention, victim, ..
+            } = decide(&snapshot, &self.settings, &cooldown, now)
+            else {
                 continue;
             };
             let why = format!("GPU {} contended ({contention}): {}", gpu.index, victim.why);
@@ -158,7 +171,10 @@ impl Contender {
         report: &mut dyn Reporter,
         now: u64,
     ) -> bool {
-        match self.registry.claim_gpu(uuid, self.job_id, now, self.settings.cooldown) {
+        match self
+            .registry
+            .claim_gpu(uuid, self.job_id, now, self.settings.cooldown)
+        {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return false, // another job was preempted on this GPU just now
             Err(e) => {
@@ -179,7 +195,15 @@ impl Contender {
     }
 
     /// The victim's watchdog is gone: act for it, once, under the registry's lock.
-    fn act_for_dead(&mut self, victim: &Entry, uuid: &str, action: Action, why: &str, report: &mut dyn Reporter, now: u64) {
+    fn act_for_dead(
+        &mut self,
+        victim: &Entry,
+        uuid: &str,
+        action: Action,
+        why: &str,
+        report: &mut dyn Reporter,
+        now: u64,
+    ) {
         let claim = self.registry.claim_for_dead(
             victim.job_id,
             self.job_id,
@@ -188,7 +212,11 @@ impl Contender {
             &self.proc_root,
         );
         let Ok(DeadClaim::Granted(_)) = claim else { return };
-        if !matches!(self.registry.claim_gpu(uuid, victim.job_id, now, self.settings.cooldown), Ok(Ok(()))) {
+        if !matches!(
+            self.registry
+                .claim_gpu(uuid, victim.job_id, now, self.settings.cooldown),
+            Ok(Ok(()))
+        ) {
             let _ = self.registry.withdraw_claim(victim.job_id, self.job_id);
             return;
         }
@@ -196,13 +224,19 @@ impl Contender {
         if let Ok(conf) = std::env::var("SLURM_CONF") {
             tools = tools.with_slurm_conf(&conf);
         }
-        let mut control = SlurmController { job_id: victim.job_id, tools };
+        let mut control = SlurmController {
+            job_id: victim.job_id,
+            tools,
+        };
         let why = format!("{why} (acting for job {}, whose watchdog is gone)", victim.job_id);
         match record_and_act(&mut control, &self.node, victim.quota, action, &why) {
             Ok(()) => report.warning(&format!("preempted job {}: {why}", victim.job_id)),
             Err(e) => {
                 let _ = self.registry.withdraw_claim(victim.job_id, self.job_id);
-                report.error(&format!("could not preempt job {} for its dead watchdog: {e}", victim.job_id));
+                report.error(&format!(
+                    "could not preempt job {} for its dead watchdog: {e}",
+                    victim.job_id
+                ));
             }
         }
     }
@@ -215,16 +249,31 @@ impl Contender {
 
 /// Records the preemption in the job's AdminComment (first: it must survive the requeue and tells
 /// the next run `preempted`), then requeues (or holds) the job.
-fn record_and_act(control: &mut dyn Controller, node: &str, quota: Option<u64>, action: Action, why: &str) -> Result<(), String> {
+fn record_and_act(
+    control: &mut dyn Controller,
+    node: &str,
+    quota: Option<u64>,
+    action: Action,
+    why: &str,
+) -> Result<(), String> {
     let job = control.job()?;
     let mut entry = record::Entry::new(node, job.restarts, ByteSize::from_bytes(quota.unwrap_or(0)));
     let at = unix_now();
     entry.count_event(EventKind::Preempted, at);
-    entry.count_event(if action == Action::RequeueHold { EventKind::Held } else { EventKind::Requeued }, at);
+    entry.count_event(
+        if action == Action::RequeueHold {
+            EventKind::Held
+        } else {
+            EventKind::Requeued
+        },
+        at,
+    );
     if action == Action::Requeue {
         entry.facts.restarts += 1;
     }
     let merged = record::merge(&job.admin_comment, &entry);
-    control.set_admin_comment(&merged.admin_comment).map_err(|e| format!("{e} (while recording: {why})"))?;
+    control
+        .set_admin_comment(&merged.admin_comment)
+        .map_err(|e| format!("{e} (while recording: {why})"))?;
     control.perform(action)
 }

@@ -11,17 +11,17 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::control::{ProcAttributor, SlurmController};
 use super::contend::{Contender, JobFacts};
+use super::control::{ProcAttributor, SlurmController};
 use super::gpu::{GpuSource, NvmlSource, Recording};
-use crate::preempt::registry::GpuRef;
-use crate::preempt::JobPriority;
 use super::log::Log;
 use super::params::Params;
 use super::status::Status;
 use super::{backoff, Controller, Flow, Reporter, Watchdog};
 use crate::attribute;
 use crate::config;
+use crate::preempt::registry::GpuRef;
+use crate::preempt::JobPriority;
 use crate::runtime;
 use crate::slurmctl::SlurmTools;
 use crate::textfile;
@@ -209,12 +209,26 @@ pub fn run(params: Params) -> ExitCode {
                     .flatten()
                     .map_or(0, |r| r.totals().events.get(crate::record::EventKind::Preempted)),
             };
-            let gpu_refs = source.listed().into_iter().map(|(index, uuid)| GpuRef { index, uuid }).collect();
+            let gpu_refs = source
+                .listed()
+                .into_iter()
+                .map(|(index, uuid)| GpuRef { index, uuid })
+                .collect();
             let settings = policy.preemption.clone();
-            match Contender::new(params.job_id, &node, settings, &settings_runtime(&policy), facts, gpu_refs, me) {
+            match Contender::new(
+                params.job_id,
+                &node,
+                settings,
+                &settings_runtime(&policy),
+                facts,
+                gpu_refs,
+                me,
+            ) {
                 Ok(contender) => Some(contender),
                 Err(e) => {
-                    reporter.error(&format!("cannot join the node registry ({e}): this job takes no part in preemption"));
+                    reporter.error(&format!(
+                        "cannot join the node registry ({e}): this job takes no part in preemption"
+                    ));
                     None
                 }
             }
@@ -225,9 +239,17 @@ pub fn run(params: Params) -> ExitCode {
     let mut last_record: Option<String> = None;
     if let Some(gpus) = gpus.as_mut() {
         while !STOP.load(Ordering::SeqCst) {
-            let mut recording = Recording { inner: &mut *gpus, last: Vec::new() };
-            if watchdog.tick(Instant::now(), &mut recording, &mut attributor, &mut control, &mut reporter)
-                == Flow::Stop
+            let mut recording = Recording {
+                inner: &mut *gpus,
+                last: Vec::new(),
+            };
+            if watchdog.tick(
+                Instant::now(),
+                &mut recording,
+                &mut attributor,
+                &mut control,
+                &mut reporter,
+            ) == Flow::Stop
             {
                 break;
             }

@@ -200,7 +200,11 @@ impl GpuSource for NvmlSource {
 impl NvmlSource {
     /// The job's GPUs (those Slurm listed) as `(index, uuid)`.
     pub fn listed(&self) -> Vec<(u32, String)> {
-        self.gpus.iter().filter(|g| g.listed).map(|g| (g.index, g.uuid.clone())).collect()
+        self.gpus
+            .iter()
+            .filter(|g| g.listed)
+            .map(|g| (g.index, g.uuid.clone()))
+            .collect()
     }
 
     /// The node's GPUs as `(index, uuid, total bytes)`, for the inventory file the plugin reads.
