@@ -105,7 +105,8 @@ Job 104: status file unreadable: expected a string at byte 14
         assert_eq!(gpu.get(key).and_then(Value::as_u64), Some(want), "{key}");
     }
     assert_eq!(gpu.get("state").and_then(Value::as_str), Some("warn"));
-    assert_eq!(jobs[1].get("updated_at"), Some(&Value::Null));
+    // The documented schema's RFC 3339 time (2025-06-01T12:00:00Z) is read as unix seconds.
+    assert_eq!(jobs[1].get("updated_at"), Some(&Value::Int(1_748_779_200)));
     assert_eq!(
         doc.get("without_status"),
         Some(&Value::Arr(vec![Value::Int(103)]))
