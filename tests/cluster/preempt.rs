@@ -11,15 +11,6 @@ fn policy() -> String {
         .to_string()
 }
 
-fn job_field(job: u32, key: &str) -> String {
-    let show = admin("scontrol", &["show", "job", "-o", &job.to_string()]);
-    let start = show
-        .find(&format!(" {key}="))
-        .map(|i| i + key.len() + 2)
-        .unwrap_or(show.len());
-    show[start..].split(' ').next().unwrap_or("").to_string()
-}
-
 fn submit(dir: &std::path::Path, name: &str, options: &[&str], script: &str) -> u32 {
     let out = dir.join(format!("{name}-%j.out")).display().to_string();
     let mut args = vec!["--parsable", "-o", &out, "--open-mode=append", "--gres=shard:1"];

@@ -224,3 +224,13 @@ impl Drop for PolicyGuard {
 
 /// A policy with no caps and no default: the plugin only carries what users ask for.
 pub const OPEN_POLICY: &str = "[defaults]\ndefault = \"none\"\n";
+
+/// One field of `scontrol show job -o` (`JobState`, `Restarts`, `AdminComment`, ...).
+pub fn job_field(job: u32, key: &str) -> String {
+    let show = admin("scontrol", &["show", "job", "-o", &job.to_string()]);
+    let start = show
+        .find(&format!(" {key}="))
+        .map(|i| i + key.len() + 2)
+        .unwrap_or(show.len());
+    show[start..].split(' ').next().unwrap_or("").to_string()
+}

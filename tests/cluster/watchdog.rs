@@ -49,15 +49,6 @@ fn syslog() -> String {
     std::fs::read_to_string("/var/log/syslog").unwrap_or_default()
 }
 
-fn job_field(job: u32, key: &str) -> String {
-    let show = admin("scontrol", &["show", "job", "-o", &job.to_string()]);
-    let start = show
-        .find(&format!(" {key}="))
-        .map(|i| i + key.len() + 2)
-        .unwrap_or(show.len());
-    show[start..].split(' ').next().unwrap_or("").to_string()
-}
-
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_under_its_quota_runs_untouched_and_its_peak_is_logged() {
