@@ -1,94 +1,309 @@
-//! Priority preemption on a contended GPU (issue 7): two jobs share one fake 80G GPU through shards.
+//! Priority preemption on a contended GPU (issue 7): two jobs share one fake 80G GPU through shards
+//! (2 shards per GPU, so two `--gres=shard:1` jobs land on the same GPU).
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::support::*;
 
 fn policy() -> String {
     "[defaults]\ndefault = \"none\"\n\n[enforcement]\ninterval = \"500ms\"\ngrace = \"1s\"\n\n\
-     [preemption]\nenabled = true\nreserve = \"10G\"\ncooldown = \"1m\"\nheartbeat_timeout = \"5s\"\n\n\
+     [preemption]\nenabled = true\nreserve = \"10G\"\ncooldown = \"1m\"\nheartbeat_timeout = \"3s\"\n\n\
      [preemption.ranks]\naccount = { physics = 10, chemistry = 0 }\n"
         .to_string()
 }
 
-fn submit(dir: &std::path::Path, name: &str, options: &[&str], script: &str) -> u32 {
+/// The job's GPU and its claim file; the claim goes when the script ends.
+const CLAIM: &str =
+    "GPU=${CUDA_VISIBLE_DEVICES%%,*}; echo gpu=$GPU; f=/var/lib/fake-nvml/procs/$GPU/$$; trap 'rm -f $f' EXIT";
+
+fn submit(dir: &Path, name: &str, options: &[&str], script: &str, env: &[(&str, &str)]) -> u32 {
     let out = dir.join(format!("{name}-%j.out")).display().to_string();
     let mut args = vec!["--parsable", "-o", &out, "--open-mode=append", "--gres=shard:1"];
     args.extend_from_slice(options);
     args.extend_from_slice(&["--wrap", script]);
-    let submitted = as_user("sbatch", &args, &[]);
+    let submitted = as_user("sbatch", &args, env);
     String::from_utf8_lossy(&submitted.stdout)
         .trim()
         .parse()
         .expect("job id")
 }
 
+fn output(dir: &Path, name: &str, job: u32) -> String {
+    std::fs::read_to_string(dir.join(format!("{name}-{job}.out"))).unwrap_or_default()
+}
+
+fn gpu_of(out: &str) -> Option<String> {
+    out.lines()
+        .find_map(|l| l.strip_prefix("gpu="))
+        .map(str::to_string)
+}
+
+fn running(job: u32) -> bool {
+    wait_until(Duration::from_secs(30), || {
+        job_field(job, "JobState") == "RUNNING"
+    })
+}
+
+/// A first, then B a moment later (so B is the newer job); B's claim waits for `go` to exist.
+struct Pair {
+    dir: PathBuf,
+    a: u32,
+    b: u32,
+    go: PathBuf,
+}
+
+impl Pair {
+    fn start(
+        test: &str,
+        a_opts: &[&str],
+        a_bytes: &str,
+        b_opts: &[&str],
+        b_bytes: &str,
+        b_env: &[(&str, &str)],
+    ) -> Pair {
+        let dir = user_dir(test);
+        let go = dir.join("go");
+        fresh_gpus();
+        let a = submit(
+            &dir,
+            "a",
+            a_opts,
+            &format!("{CLAIM}; echo {a_bytes} > $f; sleep 90"),
+            &[],
+        );
+        assert!(running(a), "A ({a}) did not start");
+        std::thread::sleep(Duration::from_secs(2));
+        let b_script = format!(
+            "echo run=${{SLURM_RESTART_COUNT:-0}} event=$GPU_MEM_QUOTA_LAST_EVENT; \
+             {CLAIM}; echo 5G > $f; while [ ! -e {go} ]; do sleep 0.2; done; echo {b_bytes} > $f; sleep 90",
+            go = go.display()
+        );
+        let b = submit(&dir, "b", b_opts, &b_script, b_env);
+        assert!(running(b), "B ({b}) did not start");
+        assert!(wait_until(Duration::from_secs(10), || gpu_of(&output(
+            &dir, "b", b
+        ))
+        .is_some()));
+        assert_eq!(
+            gpu_of(&output(&dir, "a", a)),
+            gpu_of(&output(&dir, "b", b)),
+            "the jobs do not share a GPU"
+        );
+        Pair { dir, a, b, go }
+    }
+
+    /// B takes its memory: the GPU becomes contended.
+    fn contend(&self) -> Instant {
+        std::fs::write(&self.go, "").unwrap();
+        Instant::now()
+    }
+
+    fn requeued(&self, job: u32) -> bool {
+        wait_until(Duration::from_secs(40), || job_field(job, "Restarts") == "1")
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scancel")
+            .args([self.a.to_string(), self.b.to_string()])
+            .env("SLURM_CONF", slurm_conf())
+            .status();
+    }
+}
+
+/// Each test starts from idle GPUs: no claim files left by earlier jobs (a dead job's pid can be
+/// reused by a later process of the same user, and the fake would count its claim again), and no
+/// preemption cooldown left by an earlier test.
+fn fresh_gpus() {
+    for gpu in std::fs::read_dir("/var/lib/fake-nvml/procs").unwrap().flatten() {
+        for claim in std::fs::read_dir(gpu.path()).unwrap().flatten() {
+            let _ = std::fs::remove_file(claim.path());
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(runtime_dir().join("registry")) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("gpu-") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+fn syslog() -> String {
+    std::fs::read_to_string("/var/log/syslog").unwrap_or_default()
+}
+
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn the_lower_priority_job_is_requeued_and_the_other_keeps_running() {
     let _policy = install_policy(&policy());
-    let dir = user_dir("preempt");
-    let claim = "GPU=${CUDA_VISIBLE_DEVICES%%,*}; echo gpu=$GPU; f=/var/lib/fake-nvml/procs/$GPU/$$; trap 'rm -f $f' EXIT";
-    // A: production (physics, rank 10), 45G of its 50G quota.
-    let a = submit(
-        &dir,
-        "a",
+    // A: production (physics, rank 10), 45G of its 50G quota. B: chemistry (rank 0), 28G of its 30G,
+    // and it claims to be physics in its environment: ranks come from slurmctld, so that changes nothing.
+    let pair = Pair::start(
+        "preempt-rank",
         &["--account=physics", "--gpu-mem-quota=50G"],
-        &format!("{claim}; echo 45G > $f; sleep 60"),
-    );
-    assert!(
-        wait_until(Duration::from_secs(30), || job_field(a, "JobState") == "RUNNING"),
-        "A did not start"
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    // B: scavenger-like (chemistry, rank 0), grows within its own 30G quota until the GPU runs short.
-    let b_script = format!(
-        "echo run=${{SLURM_RESTART_COUNT:-0}} event=$GPU_MEM_QUOTA_LAST_EVENT; [ -n \"$SLURM_RESTART_COUNT\" ] && exit 0; \
-         {claim}; echo 10G > $f; sleep 3; echo 28G > $f; sleep 60"
-    );
-    let b = submit(
-        &dir,
-        "b",
+        "45G",
         &["--account=chemistry", "--gpu-mem-quota=30G"],
-        &b_script,
+        "28G",
+        &[("SLURM_JOB_ACCOUNT", "physics"), ("SLURM_JOB_QOS", "production")],
     );
-    let requeued = wait_until(Duration::from_secs(60), || job_field(b, "Restarts") == "1");
-    let a_state = job_field(a, "JobState");
-    let b_comment = job_field(b, "AdminComment");
-    admin("scancel", &[&a.to_string(), &b.to_string()]);
+    let t0 = pair.contend();
     assert!(
-        requeued,
-        "B ({b}) was not preempted; A ({a}) is {a_state}; B: {}",
-        job_field(b, "JobState")
+        pair.requeued(pair.b),
+        "B ({}) was not preempted: {}",
+        pair.b,
+        job_field(pair.b, "JobState")
     );
-    assert_eq!(a_state, "RUNNING", "A must keep running");
-    assert_eq!(job_field(a, "Restarts"), "0");
-    assert!(b_comment.contains("preempted=1"), "B's AdminComment: {b_comment}");
-    let a_out = std::fs::read_to_string(dir.join(format!("a-{a}.out"))).unwrap_or_default();
-    let b_out = std::fs::read_to_string(dir.join(format!("b-{b}.out"))).unwrap_or_default();
-    let gpu_of = |out: &str| {
-        out.lines()
-            .find_map(|l| l.strip_prefix("gpu="))
-            .map(str::to_string)
-    };
-    assert_eq!(
-        gpu_of(&a_out),
-        gpu_of(&b_out),
-        "the jobs did not share a GPU: {a_out} / {b_out}"
-    );
-    let log = std::fs::read_to_string("/var/log/syslog").unwrap_or_default();
+    eprintln!("contention to victim requeued: {:?}", t0.elapsed());
+    assert_eq!(job_field(pair.a, "JobState"), "RUNNING", "A must keep running");
+    assert_eq!(job_field(pair.a, "Restarts"), "0");
+    assert!(job_field(pair.b, "AdminComment").contains("preempted=1"));
     assert!(
-        log.contains(&format!("job {b}: preempted: GPU")),
-        "no preemption line for job {b}"
+        syslog().contains(&format!("job {}: preempted: GPU", pair.b)),
+        "no preemption line"
     );
     // The restarted run is told it was preempted, not that it broke its quota.
-    let restarted = wait_until(Duration::from_secs(40), || {
-        std::fs::read_to_string(dir.join(format!("b-{b}.out")))
-            .unwrap_or_default()
-            .contains("run=1")
-    });
-    if restarted {
-        let b_out = std::fs::read_to_string(dir.join(format!("b-{b}.out"))).unwrap_or_default();
-        assert!(b_out.contains("run=1 event=preempted"), "B's second run: {b_out}");
+    let (dir, b) = (pair.dir.clone(), pair.b);
+    let restarted = wait_until(Duration::from_secs(40), || output(&dir, "b", b).contains("run=1"));
+    assert!(restarted, "B did not restart");
+    assert!(
+        output(&dir, "b", b).contains("run=1 event=preempted"),
+        "{}",
+        output(&dir, "b", b)
+    );
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn with_equal_priority_the_newest_job_goes() {
+    let _policy = install_policy(&policy());
+    let chemistry = ["--account=chemistry", "--gpu-mem-quota=50G"];
+    let pair = Pair::start("preempt-newest", &chemistry, "45G", &chemistry, "28G", &[]);
+    pair.contend();
+    assert!(
+        pair.requeued(pair.b),
+        "the newest job ({}) was not preempted",
+        pair.b
+    );
+    assert_eq!(job_field(pair.a, "Restarts"), "0");
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_volunteer_goes_first() {
+    let _policy = install_policy(&policy());
+    let pair = Pair::start(
+        "preempt-volunteer",
+        &[
+            "--account=chemistry",
+            "--gpu-mem-quota=50G",
+            "--gpu-mem-preemptible",
+        ],
+        "45G",
+        &["--account=chemistry", "--gpu-mem-quota=50G"],
+        "28G",
+        &[],
+    );
+    pair.contend();
+    assert!(
+        pair.requeued(pair.a),
+        "the volunteer ({}) was not preempted",
+        pair.a
+    );
+    assert_eq!(job_field(pair.b, "Restarts"), "0", "the other job must stay");
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_victim_whose_watchdog_died_is_requeued_by_another_once() {
+    let _policy = install_policy(&policy());
+    let pair = Pair::start(
+        "preempt-dead",
+        &["--account=physics", "--gpu-mem-quota=50G"],
+        "45G",
+        &["--account=chemistry", "--gpu-mem-quota=30G"],
+        "28G",
+        &[],
+    );
+    // Kill B's watchdog: its registry entry stays, its heartbeat stops.
+    let pid_file = runtime_dir().join(format!("jobs/{}/watchdog.pid", pair.b));
+    let pid = std::fs::read_to_string(&pid_file).unwrap_or_default();
+    let pid = pid
+        .split_whitespace()
+        .next()
+        .expect("B's watchdog pid")
+        .to_string();
+    admin("kill", &["-9", &pid]);
+    pair.contend();
+    assert!(
+        pair.requeued(pair.b),
+        "B ({}) was not preempted for its dead watchdog",
+        pair.b
+    );
+    assert_eq!(job_field(pair.a, "Restarts"), "0");
+    let log = syslog();
+    let acted = format!("job {}: preempted job {}:", pair.a, pair.b);
+    assert_eq!(
+        log.matches(&acted).count(),
+        1,
+        "A's watchdog must act for B exactly once"
+    );
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn legitimate_growth_preempts_one_job_and_oscillation_does_not_thrash() {
+    let _policy = install_policy(&policy());
+    // Both within their quotas; A (production) grows legitimately and then oscillates for a while.
+    let pair = Pair::start(
+        "preempt-oscillate",
+        &["--account=physics", "--gpu-mem-quota=70G"],
+        "40G",
+        &["--account=chemistry", "--gpu-mem-quota=30G"],
+        "25G",
+        &[],
+    );
+    pair.contend();
+    let a_claims: Vec<PathBuf> = std::fs::read_dir("/var/lib/fake-nvml/procs")
+        .unwrap()
+        .flat_map(|gpu| std::fs::read_dir(gpu.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    let gpu = gpu_of(&output(&pair.dir, "a", pair.a)).unwrap();
+    let a_claim = a_claims
+        .iter()
+        .find(|p| {
+            p.parent().and_then(|d| d.file_name()) == Some(std::ffi::OsStr::new(&gpu))
+                && std::fs::read_to_string(p)
+                    .map(|t| t.starts_with("40G"))
+                    .unwrap_or(false)
+        })
+        .cloned()
+        .expect("A's claim file");
+    // A grows to 50G: 50 + 25 leaves under 10G free. One job must go: B, the lower rank.
+    std::fs::write(&a_claim, "50G\n").unwrap();
+    assert!(pair.requeued(pair.b), "B ({}) was not preempted", pair.b);
+    // B restarts and takes its 25G again while A oscillates between 45G and 68G (within its quota)
+    // for a minute: the GPU is contended again and again, but it cools down and B is protected after
+    // its restart, so nobody else goes.
+    let end = Instant::now() + Duration::from_secs(60);
+    let mut high = false;
+    while Instant::now() < end {
+        high = !high;
+        std::fs::write(&a_claim, if high { "68G\n" } else { "45G\n" }).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
     }
+    assert_eq!(job_field(pair.a, "Restarts"), "0", "A was preempted: thrash");
+    assert_eq!(job_field(pair.b, "Restarts"), "1", "B preempted more than once");
+    let log = syslog();
+    let preemptions = log
+        .lines()
+        .filter(|l| {
+            l.contains(": preempted: GPU")
+                && (l.contains(&format!("job {}:", pair.a)) || l.contains(&format!("job {}:", pair.b)))
+        })
+        .count();
+    assert_eq!(preemptions, 1, "exactly one preemption in the whole episode");
 }

@@ -327,24 +327,46 @@ fn a_gpu_lost_mid_run_never_harms_the_job() {
     let out_file = dir.join("job-%j.out").display().to_string();
     let submitted = as_user(
         "sbatch",
-        &["--parsable", "-o", &out_file, "--gres=gpu:1", "--gpu-mem-quota=40G", "--wrap", &script],
+        &[
+            "--parsable",
+            "-o",
+            &out_file,
+            "--gres=gpu:1",
+            "--gpu-mem-quota=40G",
+            "--wrap",
+            &script,
+        ],
         &[],
     );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout).trim().parse().expect("job id");
-    assert!(wait_until(Duration::from_secs(30), || started.exists()), "job {job} did not start");
+    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .expect("job id");
+    assert!(
+        wait_until(Duration::from_secs(30), || started.exists()),
+        "job {job} did not start"
+    );
     std::thread::sleep(Duration::from_secs(1));
     // Every GPU of the node falls off the bus: NVML answers GPU_IS_LOST for each.
     let devices = Path::new(FAKE_NVML).join("devices.toml");
     let healthy = std::fs::read_to_string(&devices).unwrap();
     std::fs::write(&devices, healthy.replace("[[gpu]]\n", "[[gpu]]\nlost = true\n")).unwrap();
     run_checked(std::process::Command::new("touch").arg(&lost));
-    let ended = wait_until(Duration::from_secs(30), || job_field(job, "JobState") == "COMPLETED");
+    let ended = wait_until(Duration::from_secs(30), || {
+        job_field(job, "JobState") == "COMPLETED"
+    });
     std::fs::write(&devices, healthy).unwrap();
     assert!(ended, "job {job}: {}", job_field(job, "JobState"));
-    assert_eq!(job_field(job, "Restarts"), "0", "a lost GPU must not cost the job");
+    assert_eq!(
+        job_field(job, "Restarts"),
+        "0",
+        "a lost GPU must not cost the job"
+    );
     let log = syslog();
     assert!(
-        log.lines().any(|l| l.contains(&format!("job {job}: cannot sample GPU memory")) && l.contains("keeps running")),
+        log.lines()
+            .any(|l| l.contains(&format!("job {job}: cannot sample GPU memory"))
+                && l.contains("keeps running")),
         "no log line for the lost GPU"
     );
     assert_cleaned_up(job);
