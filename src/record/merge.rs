@@ -71,7 +71,7 @@ fn bounded_node_name(node: &str) -> String {
 }
 
 /// Puts `segment` in place of the first span, removes the other spans (each with one space that
-/// separated it), and appends it when there is no span.
+/// separated it, when it stood alone as a word), and appends it when there is no span.
 fn splice(text: &str, spans: &[Range<usize>], segment: &str) -> String {
     let Some(first) = spans.first() else {
         let separator = if text.is_empty() || text.ends_with(char::is_whitespace) {
@@ -88,10 +88,16 @@ fn splice(text: &str, spans: &[Range<usize>], segment: &str) -> String {
     for span in &spans[1..] {
         out.push_str(&text[pos..span.start]);
         pos = span.end;
-        if out.ends_with(' ') {
-            out.pop();
-        } else if text[pos..].starts_with(' ') {
-            pos += 1;
+        // A span glued to other text on one side keeps the space on its other side: dropping it
+        // would join two words of another tool's text.
+        let stood_alone = out.ends_with(char::is_whitespace)
+            && (pos == text.len() || text[pos..].starts_with(char::is_whitespace));
+        if stood_alone {
+            if out.ends_with(' ') {
+                out.pop();
+            } else if text[pos..].starts_with(' ') {
+                pos += 1;
+            }
         }
     }
     out.push_str(&text[pos..]);
@@ -113,6 +119,12 @@ mod tests {
             ("a XX b YY c", &[2..4, 7..9], "a S b c"),
             ("XX YY c", &[0..2, 3..5], "S c"),
             ("XXYY", &[0..2, 2..4], "S"),
+            // Found by fuzzing: a span glued to the word before it kept that word apart from the
+            // next one only through the space after it.
+            ("XX a YY b", &[0..2, 5..7], "S a b"),
+            ("XX aYY b", &[0..2, 4..6], "S a b"),
+            ("XX a YYb", &[0..2, 5..7], "S a b"),
+            ("XX aYYb", &[0..2, 4..6], "S ab"),
         ];
         for (text, spans, want) in table {
             assert_eq!(splice(text, spans, "S"), *want, "{text:?}");
