@@ -70,8 +70,10 @@ fn bounded_node_name(node: &str) -> String {
     node[..end].to_string()
 }
 
-/// Puts `segment` in place of the first span, removes the other spans (each with one space that
-/// separated it, when it stood alone as a word), and appends it when there is no span.
+/// Puts `segment` in place of the first span, removes the other spans, and appends it when there
+/// is no span. A removed span that stood alone as a word takes one space that separated it with
+/// it; one glued to text on both sides leaves a space, so that the text around it neither fuses
+/// into one word nor forms a new marker.
 fn splice(text: &str, spans: &[Range<usize>], segment: &str) -> String {
     let Some(first) = spans.first() else {
         let separator = if text.is_empty() || text.ends_with(char::is_whitespace) {
@@ -88,16 +90,17 @@ fn splice(text: &str, spans: &[Range<usize>], segment: &str) -> String {
     for span in &spans[1..] {
         out.push_str(&text[pos..span.start]);
         pos = span.end;
-        // A span glued to other text on one side keeps the space on its other side: dropping it
-        // would join two words of another tool's text.
-        let stood_alone = out.ends_with(char::is_whitespace)
-            && (pos == text.len() || text[pos..].starts_with(char::is_whitespace));
-        if stood_alone {
-            if out.ends_with(' ') {
+        let space_before = out.ends_with(char::is_whitespace);
+        let space_after = pos == text.len() || text[pos..].starts_with(char::is_whitespace);
+        match (space_before, space_after) {
+            (true, true) if out.ends_with(' ') => {
                 out.pop();
-            } else if text[pos..].starts_with(' ') {
-                pos += 1;
             }
+            (true, true) if text[pos..].starts_with(' ') => pos += 1,
+            // `gpu-mem-quota` SPAN `:v1{` must not become a segment.
+            (false, false) => out.push(' '),
+            // Glued on one side only: the space on the other side keeps the words apart.
+            _ => {}
         }
     }
     out.push_str(&text[pos..]);
@@ -124,7 +127,8 @@ mod tests {
             ("XX a YY b", &[0..2, 5..7], "S a b"),
             ("XX aYY b", &[0..2, 4..6], "S a b"),
             ("XX a YYb", &[0..2, 5..7], "S a b"),
-            ("XX aYYb", &[0..2, 4..6], "S ab"),
+            ("XX aYYb", &[0..2, 4..6], "S a b"),
+            ("XX gpu-mem-quotaYY:v1{", &[0..2, 16..18], "S gpu-mem-quota :v1{"),
         ];
         for (text, spans, want) in table {
             assert_eq!(splice(text, spans, "S"), *want, "{text:?}");
