@@ -277,6 +277,11 @@ fn garbage_is_an_error_never_a_panic() {
         ("gpu-mem-quota:v1{n/0:q=1G,last=warn}", "KIND@TIME"),
         ("gpu-mem-quota:v1{n/0:q=1G,g0=1G,pk=1G}", "together"),
         ("gpu-mem-quota:v1{n/0:q=1G,gx=1G}", "gINDEX"),
+        // Found by fuzzing: read, this rendered `g8=` twice, which no longer parsed.
+        (
+            "gpu-mem-quota:v1{n/0:q=1G,g8=1G,g08=2G}",
+            "GPU index appears twice",
+        ),
         ("gpu-mem-quota:v1{n%zz/0:q=1G}", "badly encoded"),
         ("gpu-mem-quota:v1{*:pk=1G}", "n= (entries folded)"),
         ("gpu-mem-quota:v1{n/0:q=1G;}", "expected NODE/RUN"),

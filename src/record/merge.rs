@@ -70,8 +70,10 @@ fn bounded_node_name(node: &str) -> String {
     node[..end].to_string()
 }
 
-/// Puts `segment` in place of the first span, removes the other spans (each with one space that
-/// separated it), and appends it when there is no span.
+/// Puts `segment` in place of the first span, removes the other spans, and appends it when there
+/// is no span. A removed span that stood alone as a word takes one space that separated it with
+/// it; one glued to text on both sides leaves a space, so that the text around it neither fuses
+/// into one word nor forms a new marker.
 fn splice(text: &str, spans: &[Range<usize>], segment: &str) -> String {
     let Some(first) = spans.first() else {
         let separator = if text.is_empty() || text.ends_with(char::is_whitespace) {
@@ -88,10 +90,17 @@ fn splice(text: &str, spans: &[Range<usize>], segment: &str) -> String {
     for span in &spans[1..] {
         out.push_str(&text[pos..span.start]);
         pos = span.end;
-        if out.ends_with(' ') {
-            out.pop();
-        } else if text[pos..].starts_with(' ') {
-            pos += 1;
+        let space_before = out.ends_with(char::is_whitespace);
+        let space_after = pos == text.len() || text[pos..].starts_with(char::is_whitespace);
+        match (space_before, space_after) {
+            (true, true) if out.ends_with(' ') => {
+                out.pop();
+            }
+            (true, true) if text[pos..].starts_with(' ') => pos += 1,
+            // `gpu-mem-quota` SPAN `:v1{` must not become a segment.
+            (false, false) => out.push(' '),
+            // Glued on one side only: the space on the other side keeps the words apart.
+            _ => {}
         }
     }
     out.push_str(&text[pos..]);
@@ -113,6 +122,13 @@ mod tests {
             ("a XX b YY c", &[2..4, 7..9], "a S b c"),
             ("XX YY c", &[0..2, 3..5], "S c"),
             ("XXYY", &[0..2, 2..4], "S"),
+            // Found by fuzzing: a span glued to the word before it kept that word apart from the
+            // next one only through the space after it.
+            ("XX a YY b", &[0..2, 5..7], "S a b"),
+            ("XX aYY b", &[0..2, 4..6], "S a b"),
+            ("XX a YYb", &[0..2, 5..7], "S a b"),
+            ("XX aYYb", &[0..2, 4..6], "S a b"),
+            ("XX gpu-mem-quotaYY:v1{", &[0..2, 16..18], "S gpu-mem-quota :v1{"),
         ];
         for (text, spans, want) in table {
             assert_eq!(splice(text, spans, "S"), *want, "{text:?}");

@@ -277,6 +277,10 @@ fn parse_entry(item: &str, head: &str, fields: &Fields) -> Result<Entry, RecordE
         gpus.push(GpuPeak { index, id, peak });
     }
     gpus.sort_by_key(|g| g.index);
+    // `g8=` and `g08=` are two keys for one GPU; each index is listed once.
+    if gpus.windows(2).any(|pair| pair[0].index == pair[1].index) {
+        return Err(bad_item(item, "a GPU index appears twice"));
+    }
     let peaks = match fields.get("pk") {
         Some(_) if !gpus.is_empty() => {
             return Err(bad_item(item, "per-GPU peaks and pk= together"));
