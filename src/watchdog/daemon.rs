@@ -145,7 +145,6 @@ pub fn run(params: Params) -> ExitCode {
     install_signal_handlers();
     let proc_root = Path::new("/proc");
     let me = attribute::identify(proc_root, std::process::id());
-    let me_for_registry = me;
     if let Err(e) = me
         .ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat"))
         .and_then(|me| runtime::write_pid_file(&dir, me))
@@ -191,7 +190,7 @@ pub fn run(params: Params) -> ExitCode {
     };
     let mut gpus = open_nvml(&settings, &params, &mut reporter);
     let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
-    let mut contender = match (&gpus, &job, me_for_registry) {
+    let mut contender = match (&gpus, &job, me) {
         (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
             let facts = JobFacts {
                 user: user.clone(),
@@ -219,7 +218,7 @@ pub fn run(params: Params) -> ExitCode {
                 params.job_id,
                 &node,
                 settings,
-                &settings_runtime(&policy),
+                &policy.enforcement.runtime_dir,
                 facts,
                 gpu_refs,
                 me,
@@ -312,10 +311,6 @@ pub fn run(params: Params) -> ExitCode {
         reporter.error(&format!("cannot remove {}: {e}", dir.display()));
     }
     ExitCode::SUCCESS
-}
-
-fn settings_runtime(policy: &config::Config) -> PathBuf {
-    policy.enforcement.runtime_dir.clone()
 }
 
 /// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end.
