@@ -131,10 +131,6 @@ fn fresh_gpus() {
     }
 }
 
-fn syslog() -> String {
-    std::fs::read_to_string("/var/log/syslog").unwrap_or_default()
-}
-
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn the_lower_priority_job_is_requeued_and_the_other_keeps_running() {

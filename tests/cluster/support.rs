@@ -17,8 +17,26 @@ pub fn slurm_conf() -> String {
     lab().join("etc/slurm.conf").display().to_string()
 }
 
+/// Where /var/log/syslog stood when this run of the tests began. Job ids start again with every new
+/// lab, so lines from an earlier run (an earlier CI run on the same machine) can name the same jobs:
+/// the tests read only what was logged since.
+static SYSLOG_START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+fn mark_syslog() {
+    SYSLOG_START.get_or_init(|| std::fs::metadata("/var/log/syslog").map(|m| m.len()).unwrap_or(0));
+}
+
+/// The syslog lines written since this run of the tests began.
+pub fn syslog() -> String {
+    mark_syslog();
+    let start = *SYSLOG_START.get().unwrap_or(&0) as usize;
+    let all = std::fs::read("/var/log/syslog").unwrap_or_default();
+    String::from_utf8_lossy(all.get(start.min(all.len())..).unwrap_or_default()).into_owned()
+}
+
 /// A directory the test user can write job output to, fresh for one test.
 pub fn user_dir(test: &str) -> PathBuf {
+    mark_syslog();
     let dir = PathBuf::from(format!("/home/{}/e2e/{test}", test_user()));
     let _ = std::fs::remove_dir_all(&dir);
     run_checked(

@@ -45,10 +45,6 @@ fn assert_cleaned_up(job: u32) {
     );
 }
 
-fn syslog() -> String {
-    std::fs::read_to_string("/var/log/syslog").unwrap_or_default()
-}
-
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_under_its_quota_runs_untouched_and_its_peak_is_logged() {
