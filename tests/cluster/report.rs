@@ -25,24 +25,7 @@ fn a_job_at_30g_of_40g_reports_75_percent_and_shows_in_status_and_metrics() {
          rm -f /var/lib/fake-nvml/procs/$GPU/$$",
         marker.display()
     );
-    let out_file = dir.join("job-%j.out").display().to_string();
-    let submitted = as_user(
-        "sbatch",
-        &[
-            "--parsable",
-            "-o",
-            &out_file,
-            "--gres=gpu:1",
-            "--gpu-mem-quota=40G",
-            "--wrap",
-            &script,
-        ],
-        &[],
-    );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
-        .trim()
-        .parse()
-        .expect("job id");
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     let config = lab().join("etc/gpu-mem-quota.toml").display().to_string();
 
     // While it runs: `status` on the node and the metrics file.

@@ -1,7 +1,7 @@
 //! Talking to the dev cluster (slurm/dev-cluster) the way a user does: real sbatch/srun/salloc,
 //! run as the ordinary test user, with the lab's SLURM_CONF.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -83,6 +83,22 @@ pub fn admin(program: &str, args: &[&str]) -> String {
 pub struct Job {
     pub id: u32,
     pub output: String,
+}
+
+/// `sbatch` as the test user, output to `dir/job-%j.out`; returns the job id without waiting.
+pub fn sbatch(dir: &Path, options: &[&str], script: &str) -> u32 {
+    let out_file = dir.join("job-%j.out").display().to_string();
+    let mut args = vec!["--parsable", "-o", &out_file];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--wrap", script]);
+    let submitted = as_user("sbatch", &args, &[]);
+    let stdout = String::from_utf8_lossy(&submitted.stdout);
+    stdout.trim().parse().unwrap_or_else(|_| {
+        panic!(
+            "sbatch gave no job id: {stdout} {}",
+            String::from_utf8_lossy(&submitted.stderr)
+        )
+    })
 }
 
 /// `sbatch --wait` as the test user; returns the job id and the text of its output file.

@@ -130,25 +130,11 @@ fn a_job_over_its_quota_is_requeued_then_escalated() {
     // Every run allocates 50G of its 40G quota and then waits; each run says which it is first.
     let script =
         format!("echo run=${{SLURM_RESTART_COUNT:-0}}; {CLAIM}; claim 50G; sleep 120; echo not-stopped");
-    let out_file = dir.join("job-%j.out").display().to_string();
-    let submitted = as_user(
-        "sbatch",
-        &[
-            "--parsable",
-            "-o",
-            &out_file,
-            "--open-mode=append",
-            "--gres=gpu:1",
-            "--gpu-mem-quota=40G",
-            "--wrap",
-            &script,
-        ],
-        &[],
+    let job = sbatch(
+        &dir,
+        &["--open-mode=append", "--gres=gpu:1", "--gpu-mem-quota=40G"],
+        &script,
     );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
-        .trim()
-        .parse()
-        .expect("job id");
     let started = Instant::now();
 
     // First run: requeued within interval + grace + 1 s of running (the restart takes ~10 s more).
@@ -229,24 +215,7 @@ fn another_jobs_memory_on_the_same_gpu_never_counts() {
 fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
     let _policy = install_policy(&policy(""));
     let dir = user_dir("wd-cancel");
-    let out_file = dir.join("job-%j.out").display().to_string();
-    let submitted = as_user(
-        "sbatch",
-        &[
-            "--parsable",
-            "-o",
-            &out_file,
-            "--gres=gpu:1",
-            "--gpu-mem-quota=40G",
-            "--wrap",
-            "sleep 120",
-        ],
-        &[],
-    );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
-        .trim()
-        .parse()
-        .expect("job id");
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], "sleep 120");
     assert!(
         wait_until(Duration::from_secs(30), || !watchdog_pids(job).is_empty()),
         "job {job}: no watchdog"
@@ -320,24 +289,7 @@ fn a_gpu_lost_mid_run_never_harms_the_job() {
         s = started.display(),
         l = lost.display()
     );
-    let out_file = dir.join("job-%j.out").display().to_string();
-    let submitted = as_user(
-        "sbatch",
-        &[
-            "--parsable",
-            "-o",
-            &out_file,
-            "--gres=gpu:1",
-            "--gpu-mem-quota=40G",
-            "--wrap",
-            &script,
-        ],
-        &[],
-    );
-    let job: u32 = String::from_utf8_lossy(&submitted.stdout)
-        .trim()
-        .parse()
-        .expect("job id");
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     assert!(
         wait_until(Duration::from_secs(30), || started.exists()),
         "job {job} did not start"
