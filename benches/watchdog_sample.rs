@@ -27,7 +27,7 @@ use gpu_mem_quota::size::ByteSize;
 use gpu_mem_quota::watchdog::control::ProcAttributor;
 use gpu_mem_quota::watchdog::gpu::{GpuSource, NvmlSource};
 use gpu_mem_quota::watchdog::status::Status;
-use gpu_mem_quota::watchdog::{Attributor, Controller, JobState, Reporter, Watchdog};
+use gpu_mem_quota::watchdog::{AdminComment, Attributor, Controller, JobState, Reporter, Watchdog};
 
 const SHAPES: [(u32, u32); 6] = [(1, 1), (1, 16), (1, 64), (8, 1), (8, 16), (8, 64)];
 const WARMUP: usize = 10;
@@ -42,8 +42,14 @@ impl Controller for NoSlurm {
             state: "RUNNING".into(),
             restarts: 0,
             requeueable: true,
-            admin_comment: String::new(),
+            qos: "normal".into(),
+            partition: "gpu".into(),
+            account: "physics".into(),
+            priority: 1,
         })
+    }
+    fn admin_comment(&mut self) -> Result<AdminComment, String> {
+        Ok(AdminComment::Read(String::new()))
     }
     fn set_admin_comment(&mut self, _: &str) -> Result<(), String> {
         Ok(())

@@ -1,4 +1,4 @@
-//! `SlurmTools` against fake `scontrol` / `scancel` shell scripts: exact argv, clean environment,
+//! `SlurmTools` against fake `scontrol` / `scancel` / `squeue` shell scripts: exact argv, clean environment,
 //! retries, refusals, timeouts that kill the whole process group, absent programs, garbage output.
 
 use std::fs;
@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_mem_quota::slurmctl::{Backoff, CtlError, Refusal, SlurmTools, SAFE_PATH};
+
+/// squeue's line for job 42 (`SQUEUE_FORMAT`).
+const SQUEUE_42: &str = "42|alice|2001|100|physics|normal|RUNNING|1|1|1|2026-11-30T05:48:03|gpu|vm|";
 
 const RECORD_42: &str = "JobId=42 JobName=wrap UserId=alice(2001) GroupId=alice(2001) MCS_label=N/A Priority=100 Nice=0 Account=physics QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:01:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-30T05:48:02 EligibleTime=2026-11-30T05:48:02 AccrueTime=2026-11-30T05:48:02 StartTime=2026-11-30T05:48:03 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T05:48:02 Scheduler=Main Partition=gpu AllocNode:Sid=login:1 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/home/alice/run me.sh WorkDir=/home/alice AdminComment=note by ops  StdErr=/tmp/o StdIn=/dev/null StdOut=/tmp/o Power= ";
 
@@ -114,16 +117,33 @@ fn is_gone(pid: &str) -> bool {
 }
 
 #[test]
-fn show_job_passes_exact_argv_and_reads_the_record() {
+fn job_asks_squeue_for_text_free_columns_only() {
+    let fakes = Fakes::new("squeue");
+    fakes.write("squeue", &format!("echo '{SQUEUE_42}'"));
+    let job = fakes.tools().job(42).unwrap();
+    assert_eq!(
+        fakes.argv(),
+        [
+            "--noheader",
+            "--states=all",
+            "--jobs=42",
+            "--Format=JobID:|,UserName:|,UserID:|,PriorityLong:|,Account:|,QOS:|,State:|,\
+             Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|",
+        ]
+    );
+    assert_eq!(
+        (job.job_id, job.job_state.as_str(), job.restarts, job.priority),
+        (42, "RUNNING", 1, 100)
+    );
+}
+
+#[test]
+fn admin_comment_passes_exact_argv_and_reads_the_record() {
     let fakes = Fakes::new("show");
     fakes.write("scontrol", &format!("echo '{RECORD_42}'"));
-    let job = fakes.tools().show_job(42).unwrap();
+    let comment = fakes.tools().admin_comment(42).unwrap();
     assert_eq!(fakes.argv(), ["--oneliner", "show", "job", "42"]);
-    assert_eq!(
-        (job.job_id, job.job_state.as_str(), job.restarts),
-        (42, "RUNNING", 1)
-    );
-    assert_eq!(job.admin_comment, "note by ops");
+    assert_eq!(comment, "note by ops");
 }
 
 #[test]
@@ -263,8 +283,8 @@ fn an_unreachable_controller_is_retried_until_it_answers() {
              fi\necho '{RECORD_42}'"
         ),
     );
-    let job = fakes.tools().show_job(42).unwrap();
-    assert_eq!(job.job_id, 42);
+    let comment = fakes.tools().admin_comment(42).unwrap();
+    assert_eq!(comment, "note by ops");
     assert_eq!(fakes.calls(), 3);
 }
 
@@ -304,7 +324,7 @@ fn a_hanging_command_and_its_children_are_killed_at_the_timeout() {
     );
     let tools = fakes.tools();
     let started = Instant::now();
-    let result = tools.show_job(42);
+    let result = tools.admin_comment(42);
     let took = started.elapsed();
     assert!(matches!(result, Err(CtlError::Timeout { .. })), "{result:?}");
     assert!(took >= tools.timeout && took < tools.timeout + SLACK, "{took:?}");
@@ -331,12 +351,12 @@ fn a_child_left_holding_the_pipes_neither_delays_the_result_nor_survives() {
 fn floods_of_output_are_read_bounded_without_stalling() {
     let fakes = Fakes::new("flood");
     fakes.write(
-        "scontrol",
+        "squeue",
         "head -c 3000000 /dev/zero | tr '\\0' x\nhead -c 3000000 /dev/zero >&2",
     );
     let mut tools = fakes.tools();
     tools.timeout = PROMPT;
-    match tools.show_job(42) {
+    match tools.job(42) {
         Err(CtlError::Garbage { message, .. }) => assert!(message.contains("output cut at 1048576 bytes")),
         other => panic!("{other:?}"),
     }
@@ -351,7 +371,7 @@ fn output_that_is_not_the_job_record_is_garbage() {
         (
             format!(
                 "echo '{}'",
-                RECORD_42.replace("JobName=wrap", "JobName=a Restarts=0")
+                RECORD_42.replace("JobName=wrap", "JobName=a AdminComment=b")
             ),
             "ambiguous",
         ),
@@ -359,12 +379,39 @@ fn output_that_is_not_the_job_record_is_garbage() {
     for (body, words) in table {
         let fakes = Fakes::new("garbage");
         fakes.write("scontrol", &body);
-        match fakes.tools().show_job(42) {
+        match fakes.tools().admin_comment(42) {
             Err(CtlError::Garbage { command, message }) => {
                 assert!(message.contains(words), "{message}");
                 assert!(command.ends_with("scontrol --oneliner show job 42"), "{command}");
             }
             other => panic!("{body}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn admin_comments_that_could_not_be_written_back_are_garbage() {
+    // No AdminComment of its own; a job name imitating one, and a comment with a newline after it.
+    let imitated = RECORD_42
+        .replace("AdminComment=note by ops  ", "Comment=one\ntwo  ")
+        .replace("JobName=wrap", "JobName=x AdminComment=y");
+    let long = RECORD_42.replace("note by ops", &"n".repeat(64 * 1024 - 1024));
+    for (record, words) in [
+        (
+            imitated,
+            "could not be written back: AdminComment contains the control character '\\n'",
+        ),
+        (
+            long,
+            "could not be written back: it is 64512 bytes, more than the 64511",
+        ),
+    ] {
+        let fakes = Fakes::new("unwritable");
+        fs::write(fakes.path("record"), &record).unwrap();
+        fakes.write("scontrol", "cat \"$dir/record\"");
+        match fakes.tools().admin_comment(42) {
+            Err(CtlError::Garbage { message, .. }) => assert!(message.contains(words), "{message}"),
+            other => panic!("{other:?}"),
         }
     }
 }
@@ -382,7 +429,11 @@ fn programs_that_cannot_run_are_reported_without_retries() {
     }
     let mut relative = tools.clone();
     relative.scontrol = PathBuf::from("scontrol");
-    assert!(matches!(relative.show_job(1), Err(CtlError::InvalidArgument(_))));
+    assert!(matches!(
+        relative.admin_comment(1),
+        Err(CtlError::InvalidArgument(_))
+    ));
+    assert!(matches!(relative.job(1), Err(CtlError::InvalidArgument(_))));
 }
 
 #[test]

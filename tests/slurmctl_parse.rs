@@ -1,6 +1,19 @@
-//! Reading `scontrol --oneliner show job` records (Slurm 22.05 format) and sorting failure texts.
+//! Reading jobs from `squeue --Format` lines and AdminComments from `scontrol --oneliner show job`
+//! records (Slurm 22.05 formats), and sorting failure texts.
 
-use gpu_mem_quota::slurmctl::{classify, parse_show_job, JobState, Refusal, Verdict};
+use gpu_mem_quota::slurmctl::{classify, parse_admin_comment, parse_squeue, JobState, Refusal, Verdict};
+
+/// Verbatim from the dev cluster (22.05.8, `squeue --noheader --states=all --jobs=N
+/// --Format=SQUEUE_FORMAT`): a finished batch job and a held one. Then the tasks of an array, as
+/// squeue lists them when asked for the array's id (the dev cluster's, one task changed to show
+/// restarts and a hostlist).
+const SQUEUE_COMPLETED: &str =
+    "199|gmq-user|2001|4294901605|physics|normal|FAILED|1|0|1|2026-11-30T08:13:43|gpu|vm|\n";
+const SQUEUE_HELD: &str = "200|gmq-user|2001|0|physics|normal|PENDING|1|0|1|N/A|gpu||\n";
+const SQUEUE_ARRAY: &str =
+    "388|gmq-user|2001|4294901439|physics|normal|RUNNING|1|0|1|2026-11-30T08:30:01|gpu|vm|\n\
+390|gmq-user|2001|4294901439|physics|normal|RUNNING|1|0|1|2026-11-30T08:30:01|gpu|vm|\n\
+389|gmq-user|2001|4294901439|physics|normal|COMPLETING|1|2|1|2026-11-30T08:30:01|gpu|gpu[01-02]|\n";
 
 /// Verbatim from the dev cluster (22.05.8): a finished batch job without AdminComment.
 const REAL_COMPLETED: &str = "JobId=24 JobName=wrap UserId=gmq-user(2001) GroupId=gmq-user(2001) MCS_label=N/A Priority=4294901736 Nice=0 Account=physics QOS=normal JobState=COMPLETED Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-30T05:48:02 EligibleTime=2026-11-30T05:48:02 AccrueTime=2026-11-30T05:48:02 StartTime=2026-11-30T05:48:02 EndTime=2026-11-30T05:48:02 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T05:48:02 Scheduler=Main Partition=gpu AllocNode:Sid=localhost:1092 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/home/gmq-user StdErr=/tmp/p1.out StdIn=/dev/null StdOut=/tmp/p1.out Power= \n";
@@ -15,115 +28,127 @@ const ARRAY_SIBLINGS: &str = "JobId=4240 ArrayJobId=4240 ArrayTaskId=3-9 ArrayTa
 /// An `salloc` job, pending, that may not be requeued, with an AdminComment set to the empty string.
 const PENDING_SALLOC: &str = "JobId=4300 JobName=interactive session UserId=bob(2002) GroupId=bob(2002) MCS_label=N/A Priority=1000 Nice=0 Account=chem QOS=high JobState=PENDING Reason=launch_failed_requeued_held Dependency=(null) Requeue=0 Restarts=0 BatchFlag=0 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=01:00:00 TimeMin=N/A SubmitTime=2026-11-30T06:00:00 EligibleTime=2026-11-30T06:00:00 AccrueTime=Unknown StartTime=Unknown EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T06:00:00 Scheduler=Main Partition=debug AllocNode:Sid=login1:777 ReqNodeList=(null) ExcNodeList=(null) NodeList= NumNodes=1-1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/usr/bin/bash WorkDir=/home/bob AdminComment=  Power= \n";
 
-/// What a record must read as.
-struct Expected {
-    output: &'static str,
-    job_id: u32,
-    state: JobState,
-    restarts: u32,
-    requeue: bool,
-    batch_flag: u16,
-    user: (&'static str, u32),
-    account: &'static str,
-    partition: &'static str,
-    qos: &'static str,
-    priority: u32,
-    start_time: &'static str,
-    node_list: &'static str,
-    admin_comment: &'static str,
+#[test]
+fn reads_the_fields_of_real_squeue_lines() {
+    let completed = parse_squeue(SQUEUE_COMPLETED, 199).unwrap();
+    assert_eq!(
+        (completed.job_id, completed.job_state.clone(), completed.restarts),
+        (199, JobState::Failed, 0)
+    );
+    assert_eq!((completed.requeue, completed.batch_flag), (true, 1));
+    assert!(completed.is_requeueable());
+    assert_eq!(
+        (completed.user_name.as_str(), completed.user_id),
+        ("gmq-user", 2001)
+    );
+    assert_eq!(
+        (
+            completed.account.as_str(),
+            completed.qos.as_str(),
+            completed.partition.as_str()
+        ),
+        ("physics", "normal", "gpu")
+    );
+    assert_eq!(completed.priority, 4294901605);
+    assert_eq!(
+        (completed.start_time.as_str(), completed.node_list.as_str()),
+        ("2026-11-30T08:13:43", "vm")
+    );
+
+    let held = parse_squeue(SQUEUE_HELD, 200).unwrap();
+    assert_eq!((held.job_state, held.priority), (JobState::Pending, 0));
+    assert_eq!((held.start_time.as_str(), held.node_list.as_str()), ("N/A", ""));
+
+    let salloc = parse_squeue("4300|bob|2002|1000|chem|high|RUNNING|0|0|0|N/A|debug|n1|\n", 4300).unwrap();
+    assert!(!salloc.is_requeueable());
 }
 
 #[test]
-fn reads_the_fields_of_realistic_records() {
-    let table = [
-        Expected {
-            output: REAL_COMPLETED,
-            job_id: 24,
-            state: JobState::Completed,
-            restarts: 0,
-            requeue: true,
-            batch_flag: 1,
-            user: ("gmq-user", 2001),
-            account: "physics",
-            partition: "gpu",
-            qos: "normal",
-            priority: 4294901736,
-            start_time: "2026-11-30T05:48:02",
-            node_list: "vm",
-            admin_comment: "",
-        },
-        Expected {
-            output: RUNNING_ARRAY_TASK,
-            job_id: 4242,
-            state: JobState::Running,
-            restarts: 2,
-            requeue: true,
-            batch_flag: 1,
-            user: ("alice", 2001),
-            account: "physics",
-            partition: "gpu",
-            qos: "normal",
-            priority: 4294901700,
-            start_time: "2026-11-30T05:41:10",
-            node_list: "gpu[01-02]",
-            admin_comment: "checked by ops (ticket=INC 123) quota=40G",
-        },
-        Expected {
-            output: PENDING_SALLOC,
-            job_id: 4300,
-            state: JobState::Pending,
-            restarts: 0,
-            requeue: false,
-            batch_flag: 0,
-            user: ("bob", 2002),
-            account: "chem",
-            partition: "debug",
-            qos: "high",
-            priority: 1000,
-            start_time: "Unknown",
-            node_list: "",
-            admin_comment: "",
-        },
-    ];
-    for want in table {
-        let id = want.job_id;
-        let job = parse_show_job(want.output, id).unwrap_or_else(|e| panic!("job {id}: {e}"));
-        assert_eq!(job.job_id, id);
-        assert_eq!(job.job_state, want.state, "job {id}");
-        assert_eq!(job.restarts, want.restarts, "job {id}");
-        assert_eq!(job.requeue, want.requeue, "job {id}");
-        assert_eq!(job.batch_flag, want.batch_flag, "job {id}");
-        assert_eq!((job.user_name.as_str(), job.user_id), want.user, "job {id}");
-        assert_eq!(job.account, want.account, "job {id}");
-        assert_eq!(job.partition, want.partition, "job {id}");
-        assert_eq!(job.qos, want.qos, "job {id}");
-        assert_eq!(job.priority, want.priority, "job {id}");
-        assert_eq!(job.start_time, want.start_time, "job {id}");
-        assert_eq!(job.node_list, want.node_list, "job {id}");
-        assert_eq!(job.admin_comment, want.admin_comment, "job {id}");
+fn picks_the_exact_job_among_an_arrays_tasks() {
+    for (id, state, restarts, nodes) in [
+        (388, JobState::Running, 0, "vm"),
+        (389, JobState::Completing, 2, "gpu[01-02]"),
+        (390, JobState::Running, 0, "vm"),
+    ] {
+        let job = parse_squeue(SQUEUE_ARRAY, id).unwrap_or_else(|e| panic!("job {id}: {e}"));
         assert_eq!(
-            job.is_requeueable(),
-            want.requeue && want.batch_flag > 0,
+            (job.job_id, job.job_state, job.restarts, job.node_list.as_str()),
+            (id, state, restarts, nodes)
+        );
+    }
+    let missing = parse_squeue(SQUEUE_ARRAY, 38).unwrap_err();
+    assert!(missing.contains("no line for job 38 among 3"), "{missing}");
+}
+
+#[test]
+fn refuses_squeue_lines_it_cannot_read() {
+    let line = SQUEUE_COMPLETED;
+    // (output, words the error must contain)
+    let table: Vec<(String, &str)> = vec![
+        (
+            line.replace("|physics|", "|phys|ics|"),
+            "14 value(s) where 13 were asked for",
+        ),
+        (line.replace("|gpu|vm|", "|gpu|"), "12 value(s) where 13"),
+        (line.replace("|gpu|vm|", "|gpu|vm|x"), "`x` after the last field"),
+        (format!("{line}{line}"), "more than one line for job 199"),
+        (line.replace("|FAILED|", "||"), "empty State"),
+        (
+            line.replace("|1|0|1|", "|yes|0|1|"),
+            "Requeue `yes` is neither 0 nor 1",
+        ),
+        (
+            line.replace("|1|0|1|", "|1|two|1|"),
+            "RestartCnt `two` is not a number",
+        ),
+        (
+            line.replace("|1|0|1|", "|1|0|70000|"),
+            "BatchFlag `70000` is not a number (or out of range)",
+        ),
+        (
+            line.replace("4294901605", "4294967296"),
+            "PriorityLong `4294967296`",
+        ),
+        (line.replace("|2001|", "|-1|"), "UserID `-1`"),
+        ("hello world\n".to_string(), "no line for job 199 among 1"),
+        (String::new(), "no line for job 199 among 0"),
+    ];
+    for (output, words) in table {
+        let err = parse_squeue(&output, 199).expect_err(words);
+        assert!(err.contains(words), "expected {words:?}, got {err:?}");
+    }
+}
+
+#[test]
+fn reads_the_admin_comment_of_realistic_records() {
+    for (output, id, comment) in [
+        (REAL_COMPLETED, 24, ""),
+        (
+            RUNNING_ARRAY_TASK,
+            4242,
+            "checked by ops (ticket=INC 123) quota=40G",
+        ),
+        (PENDING_SALLOC, 4300, ""),
+    ] {
+        assert_eq!(
+            parse_admin_comment(output, id).as_deref(),
+            Ok(comment),
             "job {id}"
         );
     }
-}
-
-#[test]
-fn picks_the_exact_job_among_several_records() {
-    let output = format!("{ARRAY_SIBLINGS}{RUNNING_ARRAY_TASK}");
-    for (id, state, nodes) in [
-        (4240, JobState::Pending, ""),
-        (4241, JobState::Completing, "gpu03"),
-        (4242, JobState::Running, "gpu[01-02]"),
+    let siblings = format!("{ARRAY_SIBLINGS}{RUNNING_ARRAY_TASK}");
+    for (id, comment) in [
+        (4240, ""),
+        (4241, ""),
+        (4242, "checked by ops (ticket=INC 123) quota=40G"),
     ] {
-        let job = parse_show_job(&output, id).unwrap_or_else(|e| panic!("job {id}: {e}"));
         assert_eq!(
-            (job.job_id, job.job_state, job.node_list.as_str()),
-            (id, state, nodes)
+            parse_admin_comment(&siblings, id).as_deref(),
+            Ok(comment),
+            "job {id}"
         );
     }
-    let missing = parse_show_job(&output, 424).unwrap_err();
+    let missing = parse_admin_comment(&siblings, 424).unwrap_err();
     assert!(missing.contains("no record for job 424 among 3"), "{missing}");
 }
 
@@ -143,68 +168,39 @@ fn admin_comment_ends_where_slurm_ends_it() {
             " StdErr=/tmp/p1.out StdIn=/dev/null StdOut=/tmp/p1.out Power=",
             "",
         ) + &format!(" AdminComment={text}  {after}\n");
-        let job = parse_show_job(&record, 24).unwrap_or_else(|e| panic!("{text:?}: {e}"));
-        assert_eq!(job.admin_comment, text, "followed by {after:?}");
+        let comment = parse_admin_comment(&record, 24).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(comment, text, "followed by {after:?}");
     }
 }
 
 #[test]
-fn refuses_records_it_cannot_read_unambiguously() {
+fn refuses_admin_comments_that_user_text_could_imitate() {
     let running = RUNNING_ARRAY_TASK;
     // (how the record is changed, words the error must contain)
     let table: Vec<(String, &str)> = vec![
-        // A job name imitating the fields that follow it.
-        (
-            running.replace(
-                "JobName=train llama v2",
-                "JobName=x JobState=COMPLETED Restarts=0",
-            ),
-            "ambiguous: `JobState=` appears 2 times",
-        ),
-        // A comment imitating a field that comes earlier.
-        (
-            running.replace("Comment=see wiki", "Comment=see Requeue=0"),
-            "`Requeue=` appears 2 times",
-        ),
         // A comment imitating the AdminComment.
         (
             running.replace("Comment=see wiki", "Comment=x AdminComment=y"),
             "`AdminComment=` appears 2 times",
         ),
+        // A job name imitating it.
+        (
+            running.replace(
+                "JobName=train llama v2",
+                "JobName=x AdminComment=gpu-mem-quota:v1{}",
+            ),
+            "`AdminComment=` appears 2 times",
+        ),
         // A second record for the same job, smuggled in after a newline.
         (
-            running.replace("Comment=see wiki", "Comment=x\nJobId=4242 JobState=PENDING"),
+            running.replace("Comment=see wiki", "Comment=x\nJobId=4242 AdminComment=y"),
             "more than one record",
-        ),
-        // Fields out of Slurm's order.
-        (
-            running
-                .replace("Partition=gpu ", "")
-                .replace("Network=(null)", "Network=(null) Partition=gpu"),
-            "`Partition=` comes after `NodeList=`",
-        ),
-        (
-            running.replace("Restarts=2", "Restarts=two"),
-            "`Restarts=two` is not a number",
-        ),
-        (
-            running.replace("Requeue=1", "Requeue=yes"),
-            "`Requeue=yes` is neither 0 nor 1",
-        ),
-        (
-            running.replace("UserId=alice(2001)", "UserId=alice"),
-            "`UserId=alice` is not name(uid)",
-        ),
-        (running.replace(" JobState=RUNNING", ""), "no `JobState=`"),
-        (
-            running.replace("JobState=RUNNING", "JobState="),
-            "empty `JobState=`",
         ),
         ("hello world\n".to_string(), "no record for job 4242 among 0"),
         (String::new(), "no record for job 4242"),
     ];
     for (output, words) in table {
-        let err = parse_show_job(&output, 4242).expect_err(words);
+        let err = parse_admin_comment(&output, 4242).expect_err(words);
         assert!(err.contains(words), "expected {words:?}, got {err:?}");
     }
 }

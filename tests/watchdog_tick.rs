@@ -8,7 +8,7 @@ use gpu_mem_quota::record;
 use gpu_mem_quota::size::ByteSize;
 use gpu_mem_quota::watchdog::gpu::{GpuProcess, GpuSample, GpuSource};
 use gpu_mem_quota::watchdog::status::Status;
-use gpu_mem_quota::watchdog::{Attributor, Controller, JobState, Reporter, Watchdog};
+use gpu_mem_quota::watchdog::{AdminComment, Attributor, Controller, JobState, Reporter, Watchdog};
 
 const G: u64 = 1 << 30;
 const JOB_PID: u32 = 100;
@@ -70,6 +70,9 @@ impl Attributor for ByPid {
 #[derive(Default)]
 struct FakeSlurm {
     admin_comment: String,
+    /// Why the AdminComment cannot be read (an imitation in the job's text), if it cannot.
+    unreadable_comment: Option<String>,
+    restarts: u32,
     requeueable: bool,
     fail_job_reads: u32,
     fail_comment_writes: u32,
@@ -84,13 +87,19 @@ impl Controller for FakeSlurm {
         }
         Ok(JobState {
             state: "RUNNING".into(),
-            restarts: 0,
+            restarts: self.restarts,
             requeueable: self.requeueable,
-            admin_comment: self.admin_comment.clone(),
             qos: "normal".into(),
             partition: "gpu".into(),
             account: "physics".into(),
             priority: 1,
+        })
+    }
+
+    fn admin_comment(&mut self) -> Result<AdminComment, String> {
+        Ok(match &self.unreadable_comment {
+            Some(why) => AdminComment::Unreadable(why.clone()),
+            None => AdminComment::Read(self.admin_comment.clone()),
         })
     }
 
@@ -284,6 +293,35 @@ fn escalation_and_jobs_that_cannot_be_requeued() {
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], FakeSlurm::default(), 6);
     assert_eq!(slurm.calls, vec!["comment", "cancel"]);
     assert!(lines.lines.iter().any(|l| l.contains("cannot be requeued")));
+}
+
+#[test]
+fn an_unreadable_admin_comment_never_buys_a_job_more_requeues() {
+    // A job whose name imitates `AdminComment=` hides its history: every restart counts as ours.
+    let hidden = |restarts| FakeSlurm {
+        requeueable: true,
+        restarts,
+        admin_comment: "what slurmctld really holds".into(),
+        unreadable_comment: Some("ambiguous: `AdminComment=` appears 2 times".into()),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], hidden(3), 6);
+    assert_eq!(slurm.calls, vec!["comment", "requeue-hold"], "{:?}", lines.lines);
+    assert!(lines.lines.iter().any(|l| l.starts_with("warning")
+        && l.contains("AdminComment cannot be read (ambiguous")
+        && l.contains("counting all 3 restart(s)")));
+    // The record is written afresh: nothing of the unreadable text is carried over.
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert!(
+        slurm.admin_comment.starts_with("gpu-mem-quota:"),
+        "{}",
+        slurm.admin_comment
+    );
+    assert_eq!(record.totals().events.get(record::EventKind::Held), 1);
+
+    // A first offence is still a first offence.
+    let (slurm, _, _) = run(vec![Ok((50 * G, 0))], hidden(0), 6);
+    assert_eq!(slurm.calls, vec!["comment", "requeue"]);
 }
 
 /// `ticks` samples 2 s apart of `series(i)` bytes, with prediction on (horizon 5 min).

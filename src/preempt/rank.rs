@@ -36,7 +36,7 @@ impl RankKind {
 /// The admin's ranks: (kind, name) to rank. Jobs the map does not name have rank 0.
 pub type Ranks = BTreeMap<(RankKind, String), i32>;
 
-/// What slurmctld says about the job (`scontrol show job`), the only inputs to its rank.
+/// What slurmctld says about the job (through `squeue`), the only inputs to its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct JobPriority {
     pub qos: String,

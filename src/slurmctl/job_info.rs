@@ -1,21 +1,13 @@
-//! What `scontrol --oneliner show job N` says about a job, read from its text. Pure.
+//! What `squeue` says about a job, read from fields chosen to hold no user-written text. Pure.
 //!
-//! Slurm 22.05 prints a record as `Key=value` pairs separated by single spaces, in a fixed order
-//! (src/api/job_info.c, `slurm_sprint_job_info`): `JobId` first, then `JobName`, `UserId`,
-//! `Priority`, `Account`, `QOS`, `JobState`, `Requeue`, `Restarts`, `BatchFlag`, `StartTime`,
-//! `Partition`, `NodeList`, ... `Command`, `WorkDir`, then `AdminComment`, `SystemComment` and
-//! `Comment` when set, each followed by two spaces, then the rest. One line per job; a job array's
-//! meta job prints one line per task, so the record is picked by its exact `JobId`.
-//!
-//! Values are not quoted. The fields read here are Slurm-formatted and hold no spaces, except
-//! AdminComment, which ends where Slurm's two spaces meet the next `Key=`. But users write free text
-//! that lands in the same line (JobName before these fields; Command, WorkDir, Comment, output paths
-//! after), and that text may imitate fields, including with newlines. So every field read here must
-//! appear exactly once, in Slurm's order, and exactly one record must carry the job id; anything
-//! else is refused as ambiguous rather than guessed. A side effect: a job whose name or comment
-//! contains, say, ` JobState=` cannot be read (the caller is told why). One imitation cannot be told
-//! apart: when a job has no AdminComment, text ending WorkDir, Comment or a path such as
-//! ` AdminComment=x  Key=` reads as one.
+//! `scontrol show job` prints a job's fields as unquoted `Key=value` text, mixed with text users
+//! write (job name, comment, command, paths), which can imitate fields: a record that cannot be read
+//! unambiguously would let a job escape its watchdog. So the fields the watchdog decides with are
+//! asked of `squeue --Format`, one `|`-terminated value each ([`SQUEUE_FORMAT`]). None of them is
+//! written by the user: names of users, accounts, QOS, partitions and nodes are the admin's, the rest
+//! are numbers, states and times. A `|` inside a value would change the count and is refused.
+//! (squeue 22.05 cannot print AdminComment; that one is read from scontrol, see
+//! [`super::admin_comment`].)
 
 use std::fmt;
 
@@ -24,27 +16,24 @@ use std::fmt;
 pub struct JobInfo {
     pub job_id: u32,
     pub job_state: JobState,
-    /// `Restarts=`: how many times the job was requeued (also `SLURM_RESTART_COUNT` in its next run).
+    /// How many times the job was requeued (also `SLURM_RESTART_COUNT` in its next run).
     pub restarts: u32,
-    /// `Requeue=1`: the job may be requeued (not submitted with `--no-requeue`).
+    /// The job may be requeued (not submitted with `--no-requeue`).
     pub requeue: bool,
-    /// `BatchFlag=`: 0 for `srun`/`salloc` jobs, 1 for `sbatch` jobs, more after a batch launch
+    /// 0 for `srun`/`salloc` jobs, 1 for `sbatch` jobs, more after a batch launch
     /// was retried. Only batch jobs can be requeued.
     pub batch_flag: u16,
-    /// The numeric uid of `UserId=name(uid)`.
     pub user_id: u32,
-    /// The name of `UserId=name(uid)`, as slurmctld's host resolves it.
+    /// The uid's name, as the host running squeue resolves it.
     pub user_name: String,
     pub account: String,
     pub partition: String,
     pub qos: String,
     pub priority: u32,
-    /// As Slurm prints it: `2026-11-30T05:48:02`, or `Unknown`/`None` before the job has one.
+    /// As squeue prints it: `2026-11-30T05:48:02`, or `N/A` while the job has none.
     pub start_time: String,
     /// A hostlist expression (`gpu[01-04]`); empty while the job is pending.
     pub node_list: String,
-    /// Verbatim; empty when the job has none (Slurm then prints no `AdminComment=`).
-    pub admin_comment: String,
 }
 
 impl JobInfo {
@@ -54,7 +43,7 @@ impl JobInfo {
     }
 }
 
-/// `JobState=` as `job_state_string` prints it: a flag state (COMPLETING, CONFIGURING, ...) when
+/// The state as `job_state_string` prints it: a flag state (COMPLETING, CONFIGURING, ...) when
 /// one is set, else the base state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobState {
@@ -162,201 +151,67 @@ impl fmt::Display for JobState {
     }
 }
 
-/// The keys read here, in the order Slurm prints them.
-const FIELDS_IN_ORDER: [&str; 13] = [
-    "JobId",
-    "UserId",
-    "Priority",
-    "Account",
-    "QOS",
-    "JobState",
-    "Requeue",
-    "Restarts",
-    "BatchFlag",
-    "StartTime",
-    "Partition",
-    "NodeList",
-    "AdminComment",
-];
+/// squeue's `--Format` for [`parse_squeue`]: each field followed by `|`, without padding or
+/// truncation (no width given). `PriorityLong` is the integer priority (`Priority` is normalised).
+pub const SQUEUE_FORMAT: &str = "JobID:|,UserName:|,UserID:|,PriorityLong:|,Account:|,QOS:|,State:|,\
+Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|";
 
-/// Reads job `job_id`'s record from `scontrol --oneliner show job` output. The error names the
-/// field or line at fault.
-pub fn parse_show_job(output: &str, job_id: u32) -> Result<JobInfo, String> {
-    let wanted = format!("JobId={job_id}");
-    let records = split_records(output);
-    let mut ours = records
+/// How many values [`SQUEUE_FORMAT`] asks for.
+const SQUEUE_FIELDS: usize = 13;
+
+/// Reads job `job_id`'s line from `squeue --noheader --Format=SQUEUE_FORMAT` output. squeue lists
+/// every task of an array when asked for the array's id, so the line is picked by its exact job id.
+/// The error names the field or line at fault.
+pub fn parse_squeue(output: &str, job_id: u32) -> Result<JobInfo, String> {
+    let wanted = job_id.to_string();
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut ours = lines
         .iter()
-        .filter(|r| r.split(' ').next() == Some(wanted.as_str()));
-    let record = match (ours.next(), ours.next()) {
-        (Some(record), None) => record,
-        (None, _) => {
-            return Err(format!(
-                "no record for job {job_id} among {} record(s)",
-                records.len()
-            ))
-        }
-        (Some(_), Some(_)) => return Err(format!("ambiguous: more than one record starts with `{wanted}`")),
+        .filter(|line| line.split('|').next() == Some(wanted.as_str()));
+    let line = match (ours.next(), ours.next()) {
+        (Some(line), None) => line,
+        (None, _) => return Err(format!("no line for job {job_id} among {} line(s)", lines.len())),
+        (Some(_), Some(_)) => return Err(format!("more than one line for job {job_id}")),
     };
-    let fields = Fields::locate(record)?;
-    let (user_name, user_id) = parse_user(fields.word("UserId"))?;
+    let values: Vec<&str> = line.split('|').collect();
+    let [_id, user_name, user_id, priority, account, qos, state, requeue, restarts, batch_flag, start_time, partition, node_list, rest] =
+        values.as_slice()
+    else {
+        return Err(format!(
+            "job {job_id}: {} value(s) where {SQUEUE_FIELDS} were asked for: `{line}`",
+            values.len().saturating_sub(1)
+        ));
+    };
+    if !rest.trim().is_empty() {
+        return Err(format!("job {job_id}: `{rest}` after the last field"));
+    }
     Ok(JobInfo {
         job_id,
-        job_state: match fields.word("JobState") {
-            "" => return Err("empty `JobState=`".to_string()),
+        job_state: match state.trim() {
+            "" => return Err(format!("job {job_id}: empty State")),
             name => JobState::from_slurm(name),
         },
-        restarts: parse_number(&fields, "Restarts")?,
-        requeue: parse_flag(&fields, "Requeue")?,
-        batch_flag: parse_number(&fields, "BatchFlag")?,
-        user_id,
-        user_name: user_name.to_string(),
-        account: fields.word("Account").to_string(),
-        partition: fields.word("Partition").to_string(),
-        qos: fields.word("QOS").to_string(),
-        priority: parse_number(&fields, "Priority")?,
-        start_time: fields.word("StartTime").to_string(),
-        node_list: fields.word("NodeList").to_string(),
-        admin_comment: fields.admin_comment().to_string(),
+        restarts: number(job_id, "RestartCnt", restarts)?,
+        requeue: match requeue.trim() {
+            "0" => false,
+            "1" => true,
+            other => return Err(format!("job {job_id}: Requeue `{other}` is neither 0 nor 1")),
+        },
+        batch_flag: number(job_id, "BatchFlag", batch_flag)?,
+        user_id: number(job_id, "UserID", user_id)?,
+        user_name: user_name.trim().to_string(),
+        account: account.trim().to_string(),
+        partition: partition.trim().to_string(),
+        qos: qos.trim().to_string(),
+        priority: number(job_id, "PriorityLong", priority)?,
+        start_time: start_time.trim().to_string(),
+        node_list: node_list.trim().to_string(),
     })
 }
 
-/// One string per record: a line starting `JobId=` begins one, other lines continue the previous
-/// (free text with newlines in it). Lines before the first record are dropped.
-fn split_records(output: &str) -> Vec<String> {
-    let mut records: Vec<String> = Vec::new();
-    for line in output.lines() {
-        if line.starts_with("JobId=") {
-            records.push(line.to_string());
-        } else if let Some(last) = records.last_mut() {
-            last.push('\n');
-            last.push_str(line);
-        }
-    }
-    records
-}
-
-/// Where each of [`FIELDS_IN_ORDER`]'s values starts in one record.
-struct Fields<'a> {
-    record: &'a str,
-    /// Byte offset of each value, same order as [`FIELDS_IN_ORDER`]; `None` only for AdminComment.
-    starts: [Option<usize>; FIELDS_IN_ORDER.len()],
-}
-
-impl<'a> Fields<'a> {
-    fn locate(record: &'a str) -> Result<Self, String> {
-        let mut starts = [None; FIELDS_IN_ORDER.len()];
-        for (slot, key) in starts.iter_mut().zip(FIELDS_IN_ORDER) {
-            let found = key_positions(record, key);
-            match found.as_slice() {
-                [] if key == "AdminComment" => {}
-                [] => return Err(format!("no `{key}=` in the record")),
-                [at] => *slot = Some(at + key.len() + 1),
-                more => {
-                    return Err(format!(
-                        "ambiguous: `{key}=` appears {} times (a job name, comment or path \
-                         imitating scontrol's fields?)",
-                        more.len()
-                    ))
-                }
-            }
-        }
-        let present: Vec<(usize, &str)> = starts
-            .iter()
-            .zip(FIELDS_IN_ORDER)
-            .filter_map(|(s, k)| s.map(|s| (s, k)))
-            .collect();
-        if let Some(pair) = present.windows(2).find(|pair| pair[0].0 > pair[1].0) {
-            return Err(format!(
-                "ambiguous: `{}=` comes after `{}=`",
-                pair[0].1, pair[1].1
-            ));
-        }
-        Ok(Fields { record, starts })
-    }
-
-    fn start(&self, key: &str) -> Option<usize> {
-        FIELDS_IN_ORDER
-            .iter()
-            .position(|k| *k == key)
-            .and_then(|i| self.starts[i])
-    }
-
-    /// A space-free value: up to the next space or the end of the line.
-    fn word(&self, key: &str) -> &'a str {
-        let Some(start) = self.start(key) else { return "" };
-        let rest = &self.record[start..];
-        &rest[..rest.find([' ', '\n']).unwrap_or(rest.len())]
-    }
-
-    /// AdminComment, verbatim (see [`admin_comment_end`]).
-    fn admin_comment(&self) -> &'a str {
-        let Some(start) = self.start("AdminComment") else {
-            return "";
-        };
-        let rest = &self.record[start..];
-        &rest[..admin_comment_end(rest)]
-    }
-}
-
-/// The length of the AdminComment text at the start of `rest` (what follows `AdminComment=`).
-/// Slurm prints `AdminComment=TEXT`, a space, then the field separator (another space), so the text
-/// ends at the first two spaces followed by `Key=`; at the end of the record when none follow (the
-/// two spaces then trail).
-pub(super) fn admin_comment_end(rest: &str) -> usize {
-    let mut from = 0;
-    while let Some(at) = rest[from..].find("  ").map(|i| from + i) {
-        if starts_with_key(&rest[at + 2..]) {
-            return at;
-        }
-        from = at + 1;
-    }
-    rest.strip_suffix("  ").unwrap_or(rest).len()
-}
-
-/// Byte offsets where `key=` begins a field: at the start of the record or after a space.
-fn key_positions(record: &str, key: &str) -> Vec<usize> {
-    let pattern = format!("{key}=");
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(at) = record[from..].find(&pattern).map(|i| from + i) {
-        if at == 0 || record.as_bytes()[at - 1] == b' ' {
-            found.push(at);
-        }
-        from = at + 1;
-    }
-    found
-}
-
-/// Does `text` start with `Key=`, Key being an identifier as Slurm writes its keys
-/// (`StdErr`, `CPUs/Task`, `AllocNode:Sid`, `MCS_label`)?
-fn starts_with_key(text: &str) -> bool {
-    let key_len = text
-        .bytes()
-        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'/' | b':'))
-        .count();
-    key_len > 0 && text.as_bytes()[0].is_ascii_alphabetic() && text[key_len..].starts_with('=')
-}
-
-/// `name(uid)` → (name, uid).
-fn parse_user(value: &str) -> Result<(&str, u32), String> {
-    let parsed = value
-        .strip_suffix(')')
-        .and_then(|v| v.rsplit_once('('))
-        .and_then(|(name, uid)| uid.parse().ok().map(|uid| (name, uid)));
-    parsed.ok_or_else(|| format!("`UserId={value}` is not name(uid)"))
-}
-
-fn parse_number<T: std::str::FromStr>(fields: &Fields, key: &str) -> Result<T, String> {
-    let value = fields.word(key);
+fn number<T: std::str::FromStr>(job_id: u32, name: &str, value: &str) -> Result<T, String> {
     value
+        .trim()
         .parse()
-        .map_err(|_| format!("`{key}={value}` is not a number"))
-}
-
-fn parse_flag(fields: &Fields, key: &str) -> Result<bool, String> {
-    match fields.word(key) {
-        "0" => Ok(false),
-        "1" => Ok(true),
-        other => Err(format!("`{key}={other}` is neither 0 nor 1")),
-    }
+        .map_err(|_| format!("job {job_id}: {name} `{value}` is not a number (or out of range)"))
 }

@@ -4,27 +4,31 @@
 //! Commands run by absolute path with an argv, never through a shell, with a cleared environment
 //! (PATH fixed, `SLURM_CONF` passed when given), stdin from /dev/null, in their own process group,
 //! under a deadline, output bounded ([`run`]). Failures are sorted by Slurm's own words into
-//! retry-worthy (controller unreachable) and final refusals ([`classify`]); `show job` output is
-//! read by [`parse_show_job`], which refuses ambiguous records rather than guess. No threads.
+//! retry-worthy (controller unreachable) and final refusals ([`classify`]). A job's fields are read
+//! from `squeue` columns that hold no user-written text ([`parse_squeue`]); its AdminComment from
+//! `scontrol show job` ([`parse_admin_comment`]), which refuses ambiguous records rather than guess.
+//! No threads.
 //!
 //! ```no_run
 //! use gpu_mem_quota::slurmctl::SlurmTools;
 //! let slurm = SlurmTools::find().with_slurm_conf("/etc/slurm/slurm.conf");
-//! let job = slurm.show_job(4242)?;
+//! let job = slurm.job(4242)?;
 //! if job.is_requeueable() {
 //!     slurm.requeue(4242)?;
 //! }
 //! # Ok::<(), gpu_mem_quota::slurmctl::CtlError>(())
 //! ```
 
+mod admin_comment;
 mod classify;
 mod error;
 mod job_info;
 mod run;
 mod tools;
 
+pub use admin_comment::parse_admin_comment;
 pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
-pub use job_info::{parse_show_job, JobInfo, JobState};
+pub use job_info::{parse_squeue, JobInfo, JobState, SQUEUE_FORMAT};
 pub use run::{MAX_OUTPUT_BYTES, SAFE_PATH};
 pub use tools::{Backoff, SlurmTools, DEFAULT_TIMEOUT, MAX_ADMIN_COMMENT_BYTES, SEARCH_DIRS};

@@ -3,9 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::admin_comment::{admin_comment_end, parse_admin_comment};
 use super::classify::{classify, Verdict};
 use super::error::CtlError;
-use super::job_info::{parse_show_job, JobInfo};
+use super::job_info::{parse_squeue, JobInfo, SQUEUE_FORMAT};
 use super::run::{describe, run, Finished, RunError};
 
 /// Where [`SlurmTools::find`] looks for scontrol, in order: distribution packages, then the two
@@ -85,24 +86,54 @@ impl SlurmTools {
         self
     }
 
-    /// `scontrol --oneliner show job ID`, the job's record picked by its exact id.
-    pub fn show_job(&self, job_id: u32) -> Result<JobInfo, CtlError> {
+    /// `squeue --noheader --states=all --jobs=ID --Format=...`: the job's state, requeue facts and
+    /// rank, from columns that hold no user-written text ([`parse_squeue`]).
+    pub fn job(&self, job_id: u32) -> Result<JobInfo, CtlError> {
+        let squeue = self.squeue_path();
+        let args = vec![
+            "--noheader".to_string(),
+            "--states=all".to_string(),
+            format!("--jobs={job_id}"),
+            format!("--Format={SQUEUE_FORMAT}"),
+        ];
+        let finished = self.call(&squeue, &args)?;
+        parse_squeue(&finished.stdout, job_id).map_err(|message| garbage(&squeue, &args, &finished, message))
+    }
+
+    /// The job's AdminComment (empty when it has none), from `scontrol --oneliner show job ID`.
+    /// [`CtlError::Garbage`] when the record cannot be read unambiguously ([`parse_admin_comment`]),
+    /// or when the text could not be written back with our record added: a control character (user
+    /// text after a newline reads as part of it) or no room left under [`MAX_ADMIN_COMMENT_BYTES`].
+    /// Callers then write the record afresh, so such text can never keep the record from being
+    /// written, and with it the watchdog from acting.
+    pub fn admin_comment(&self, job_id: u32) -> Result<String, CtlError> {
         let args = words(&["--oneliner", "show", "job", &job_id.to_string()]);
         let finished = self.call(&self.scontrol, &args)?;
-        parse_show_job(&finished.stdout, job_id).map_err(|message| CtlError::Garbage {
-            command: command_line(&self.scontrol, &args),
-            message: if finished.truncated {
-                format!("{message} (output cut at {} bytes)", super::run::MAX_OUTPUT_BYTES)
-            } else {
-                message
-            },
+        let text = parse_admin_comment(&finished.stdout, job_id)
+            .map_err(|message| garbage(&self.scontrol, &args, &finished, message))?;
+        let room = MAX_ADMIN_COMMENT_BYTES - crate::record::MAX_RECORD_BYTES - 1;
+        let writable = if text.len() > room {
+            Err(format!(
+                "it is {} bytes, more than the {room} that leave room for our record",
+                text.len()
+            ))
+        } else {
+            check_admin_comment(&text).map_err(|e| e.to_string())
+        };
+        writable.map(|()| text).map_err(|why| {
+            garbage(
+                &self.scontrol,
+                &args,
+                &finished,
+                format!("the AdminComment could not be written back: {why}"),
+            )
         })
     }
 
     /// `scontrol update JobId=ID AdminComment=TEXT`, the text one argv word, replacing the whole
     /// AdminComment. Refused here: control characters but tab (NUL cannot be passed; a newline would
     /// split `show job` lines), two spaces followed by `Key=` (the text would not read back whole, see
-    /// [`parse_show_job`]), and more than [`MAX_ADMIN_COMMENT_BYTES`]. Only SlurmUser and root may
+    /// [`parse_admin_comment`]), and more than [`MAX_ADMIN_COMMENT_BYTES`]. Only SlurmUser and root may
     /// set it ("Access/permission denied" otherwise).
     pub fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), CtlError> {
         check_admin_comment(text)?;
@@ -138,6 +169,11 @@ impl SlurmTools {
     /// Where `sacct` is: beside `scontrol` (every Slurm install puts the client commands together).
     pub fn sacct_path(&self) -> PathBuf {
         self.scontrol.with_file_name("sacct")
+    }
+
+    /// Where `squeue` is: beside `scontrol`.
+    pub fn squeue_path(&self) -> PathBuf {
+        self.scontrol.with_file_name("squeue")
     }
 
     /// `sacct ARGS`, its standard output. Output cut at [`super::MAX_OUTPUT_BYTES`] is refused
@@ -233,13 +269,25 @@ fn check_admin_comment(text: &str) -> Result<(), CtlError> {
         return refuse(format!("contains the control character {:?}", c));
     }
     let probe = format!("AdminComment={text}  End=");
-    let info_end = super::job_info::admin_comment_end(&probe["AdminComment=".len()..]);
+    let info_end = admin_comment_end(&probe["AdminComment=".len()..]);
     if info_end != text.len() {
         return refuse(format!(
             "contains two spaces and `Key=` at byte {info_end}, so it would not read back whole"
         ));
     }
     Ok(())
+}
+
+/// Output that a command printed successfully but that does not read as asked.
+fn garbage(program: &Path, args: &[String], finished: &Finished, message: String) -> CtlError {
+    CtlError::Garbage {
+        command: command_line(program, args),
+        message: if finished.truncated {
+            format!("{message} (output cut at {} bytes)", super::run::MAX_OUTPUT_BYTES)
+        } else {
+            message
+        },
+    }
 }
 
 /// What a failed command said: stderr, else stdout, trimmed and shortened; its exit status if

@@ -28,7 +28,7 @@ use crate::plugin_args::{parse_plugin_args, PluginArgs};
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::SlurmTools;
+use crate::slurmctl::{CtlError, SlurmTools};
 use crate::watchdog::{gpu, params::Params, spawn};
 
 /// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
@@ -177,8 +177,8 @@ fn restart_hints(spank: &Spank, job: &str, quota: ByteSize, tuning: &Tuning) -> 
     if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
         tools = tools.with_slurm_conf(&conf);
     }
-    let admin_comment = match tools.show_job(job_id) {
-        Ok(info) => info.admin_comment,
+    let admin_comment = match tools.admin_comment(job_id) {
+        Ok(text) => text,
         Err(e) => {
             log::error(&format!(
                 "job {job}: no restart hints: cannot read the job's record: {e}"
@@ -271,13 +271,25 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         tools = tools.with_slurm_conf(&conf);
     }
-    let written = tools.show_job(job).map_err(|e| e.to_string()).and_then(|info| {
-        let merged = crate::record::merge(&info.admin_comment, &entry);
-        tools
-            .set_admin_comment(job, &merged.admin_comment)
-            .map_err(|e| e.to_string())
-    });
-    if let Err(e) = written {
+    let existing = match tools.admin_comment(job) {
+        Ok(text) => text,
+        // The same rule as the watchdog's: an AdminComment that cannot be told apart from imitation
+        // is replaced by our record alone.
+        Err(CtlError::Garbage { message, .. }) => {
+            log::error(&format!(
+                "job {job}: the AdminComment cannot be read ({message}): writing the final record afresh"
+            ));
+            String::new()
+        }
+        Err(e) => {
+            log::error(&format!(
+                "job {job}: cannot write the final record to AdminComment: {e}"
+            ));
+            return;
+        }
+    };
+    let merged = crate::record::merge(&existing, &entry);
+    if let Err(e) = tools.set_admin_comment(job, &merged.admin_comment) {
         log::error(&format!(
             "job {job}: cannot write the final record to AdminComment: {e}"
         ));

@@ -271,7 +271,9 @@ fn record_and_act(
     if action == Action::Requeue {
         entry.facts.restarts += 1;
     }
-    let merged = record::merge(&job.admin_comment, &entry);
+    // Unreadable: the record is written afresh; a preemption never waits on the victim's history.
+    let comment = control.admin_comment()?;
+    let merged = record::merge(comment.text(), &entry);
     control
         .set_admin_comment(&merged.admin_comment)
         .map_err(|e| format!("{e} (while recording: {why})"))?;

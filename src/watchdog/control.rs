@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{Attributor, Controller, JobState};
+use super::{AdminComment, Attributor, Controller, JobState};
 use crate::attribute::{self, Owner};
 use crate::config::Action;
-use crate::slurmctl::SlurmTools;
+use crate::slurmctl::{CtlError, SlurmTools};
 
 /// The job's record and actions through scontrol/scancel (absolute paths, argv, timeouts, retries).
 pub struct SlurmController {
@@ -16,17 +16,24 @@ pub struct SlurmController {
 
 impl Controller for SlurmController {
     fn job(&mut self) -> Result<JobState, String> {
-        let info = self.tools.show_job(self.job_id).map_err(|e| e.to_string())?;
+        let info = self.tools.job(self.job_id).map_err(|e| e.to_string())?;
         Ok(JobState {
             state: info.job_state.as_str().to_string(),
             restarts: info.restarts,
             requeueable: info.is_requeueable(),
-            admin_comment: info.admin_comment,
             qos: info.qos,
             partition: info.partition,
             account: info.account,
             priority: info.priority,
         })
+    }
+
+    fn admin_comment(&mut self) -> Result<AdminComment, String> {
+        match self.tools.admin_comment(self.job_id) {
+            Ok(text) => Ok(AdminComment::Read(text)),
+            Err(CtlError::Garbage { message, .. }) => Ok(AdminComment::Unreadable(message)),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {

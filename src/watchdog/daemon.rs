@@ -203,9 +203,10 @@ pub fn run(params: Params) -> ExitCode {
                 },
                 preemptible: params.preemptible,
                 requeueable: job.requeueable,
-                preemptions: crate::record::parse(&job.admin_comment)
+                preemptions: control
+                    .admin_comment()
                     .ok()
-                    .flatten()
+                    .and_then(|comment| comment.record())
                     .map_or(0, |r| r.totals().events.get(crate::record::EventKind::Preempted)),
             };
             let gpu_refs = source

@@ -44,16 +44,43 @@ pub struct JobState {
     pub state: String,
     pub restarts: u32,
     pub requeueable: bool,
-    pub admin_comment: String,
     pub qos: String,
     pub partition: String,
     pub account: String,
     pub priority: u32,
 }
 
+/// The job's AdminComment, where its record lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminComment {
+    /// Verbatim; empty when the job has none.
+    Read(String),
+    /// slurmctld answered, but the text cannot be told apart from user-written text imitating it
+    /// (see `slurmctl::parse_admin_comment`): the job's history is unknown, and the record is
+    /// written afresh. Never a reason not to enforce.
+    Unreadable(String),
+}
+
+impl AdminComment {
+    /// The text to merge our record into: nothing when it could not be read.
+    pub fn text(&self) -> &str {
+        match self {
+            AdminComment::Read(text) => text,
+            AdminComment::Unreadable(_) => "",
+        }
+    }
+
+    /// The job's record in it, if one can be read.
+    pub fn record(&self) -> Option<record::Record> {
+        record::parse(self.text()).ok().flatten()
+    }
+}
+
 /// The watchdog's only way to Slurm: read its job, write its record, act on it.
 pub trait Controller {
     fn job(&mut self) -> Result<JobState, String>;
+    /// Err: slurmctld could not be asked (try again later).
+    fn admin_comment(&mut self) -> Result<AdminComment, String>;
     fn set_admin_comment(&mut self, text: &str) -> Result<(), String>;
     fn perform(&mut self, action: Action) -> Result<(), String>;
 }
@@ -411,11 +438,30 @@ impl Watchdog {
                 return;
             }
         };
-        let requeues_by_us = record::parse(&job.admin_comment)
-            .ok()
-            .flatten()
-            .map(|r| r.totals().events.get(EventKind::Requeued) + r.totals().events.get(EventKind::Held))
-            .unwrap_or(0);
+        let comment = match control.admin_comment() {
+            Ok(comment) => comment,
+            Err(e) => {
+                report.error(&format!(
+                    "cannot read the job's AdminComment ({e}); will try again, the job keeps running"
+                ));
+                self.ladder = Ladder::default();
+                return;
+            }
+        };
+        let requeues_by_us = match &comment {
+            AdminComment::Read(_) => comment.record().map_or(0, |r| {
+                r.totals().events.get(EventKind::Requeued) + r.totals().events.get(EventKind::Held)
+            }),
+            // Unknown history must not buy the job more requeues: count every restart as ours.
+            AdminComment::Unreadable(why) => {
+                report.warning(&format!(
+                    "the job's AdminComment cannot be read ({why}): counting all {} restart(s) as \
+                     requeues for over-quota, and writing the record afresh",
+                    job.restarts
+                ));
+                job.restarts
+            }
+        };
         let facts = JobFacts {
             requeueable: job.requeueable,
             requeues_by_us,
@@ -443,7 +489,7 @@ impl Watchdog {
             if action == Action::Requeue {
                 record.facts.restarts += 1;
             }
-            let merged = record::merge(&job.admin_comment, record);
+            let merged = record::merge(comment.text(), record);
             if let Err(e) = control.set_admin_comment(&merged.admin_comment) {
                 report.error(&format!(
                     "{what}, but the record cannot be written ({e}): not acting blind; will try again"

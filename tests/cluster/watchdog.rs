@@ -320,6 +320,65 @@ fn a_gpu_lost_mid_run_never_harms_the_job() {
     assert_cleaned_up(job);
 }
 
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_job_named_like_an_admin_comment_is_still_enforced() {
+    // One requeue of ours allowed, then cancel. The job's name imitates an AdminComment, so next to
+    // the site's real one it makes the AdminComment unreadable: the watchdog must then count the
+    // admin's requeue as one of its own and escalate, not requeue as if it were a first offence.
+    let _policy = install_policy(&policy(
+        "action = \"requeue\"\nmax_requeues = 1\nescalation = \"cancel\"\n",
+    ));
+    let dir = user_dir("wd-imitation");
+    let script = format!(
+        "{CLAIM}; echo run=${{SLURM_RESTART_COUNT:-0}}; \
+         if [ \"${{SLURM_RESTART_COUNT:-0}}\" -ge 1 ]; then claim 50G; fi; sleep 120; echo not-stopped"
+    );
+    let job = sbatch(
+        &dir,
+        &[
+            "--open-mode=append",
+            "--gres=gpu:1",
+            "--gpu-mem-quota=40G",
+            "--job-name=evade AdminComment=gpu-mem-quota:v1{}",
+        ],
+        &script,
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || job_field(job, "JobState")
+            == "RUNNING"),
+        "job {job} did not start"
+    );
+    admin(
+        "scontrol",
+        &["update", &format!("JobId={job}"), "AdminComment=site-note"],
+    );
+    admin("scontrol", &["requeue", &job.to_string()]);
+    let ended = wait_until(Duration::from_secs(90), || {
+        job_field(job, "JobState") == "CANCELLED"
+    });
+    assert!(ended, "job {job} not cancelled: {}", job_field(job, "JobState"));
+    assert_eq!(
+        job_field(job, "Restarts"),
+        "1",
+        "requeued again instead of escalated"
+    );
+    let log = syslog();
+    assert!(
+        log.lines().any(
+            |l| l.contains(&format!("job {job}: the job's AdminComment cannot be read"))
+                && l.contains("counting all 1 restart(s)")
+        ),
+        "no log line for the unreadable AdminComment"
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    assert!(
+        output.contains("run=1") && !output.contains("not-stopped"),
+        "output: {output}"
+    );
+    assert_cleaned_up(job);
+}
+
 fn hostname() -> String {
     admin("hostname", &["-s"]).trim().to_string()
 }
