@@ -242,9 +242,14 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
             // SAFETY: kill on a pid verified by its start time to be the job's watchdog.
             unsafe { libc::kill(watchdog.pid as libc::pid_t, libc::SIGTERM) };
         }
-        // Not running (it died, or never started): its files must not outlive the job.
+        // Not running (it died, or never started): its files must not outlive the job, the
+        // runtime directory nor the metrics file (node_exporter would export a dead job's last
+        // sample for ever).
         _ => {
             let _ = runtime::remove_job_dir(&runtime_dir, job);
+            if let Some(dir) = &policy.metrics.textfile_dir {
+                let _ = crate::textfile::remove(dir, &crate::metrics::file_name(job));
+            }
         }
     }
     Ok(())

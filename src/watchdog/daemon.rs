@@ -126,14 +126,19 @@ pub fn run(params: Params) -> ExitCode {
         Ok(dir) => dir,
         Err(e) => {
             log.error(&format!(
-                "cannot create the job's runtime directory: {e}; the job runs unwatched"
+                "cannot create the job's runtime directory {}: {e}; the job runs unwatched",
+                runtime::job_dir(&settings.runtime_dir, params.job_id).display()
             ));
             return ExitCode::FAILURE;
         }
     };
     let _lock = match runtime::try_lock(&dir) {
         Ok(Some(lock)) => lock,
-        Ok(None) => return ExitCode::SUCCESS, // another step's watchdog already watches this job
+        Ok(None) => {
+            // Two steps of the job started at once and both started a watchdog: the other won.
+            log.info("another watchdog already watches this job on this node: this one exits");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             log.error(&format!(
                 "cannot lock {}: {e}; the job runs unwatched",

@@ -232,6 +232,15 @@ fn a_victim_whose_watchdog_died_is_requeued_by_another_once() {
         .expect("B's watchdog pid")
         .to_string();
     admin("kill", &["-9", &pid]);
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    assert!(
+        wait_until(Duration::from_secs(5), || !proc_dir.exists()),
+        "B's watchdog ({pid}) survived SIGKILL"
+    );
+    assert!(
+        runtime_dir().join(format!("registry/{}", pair.b)).exists(),
+        "B's registry entry must outlive its watchdog"
+    );
     pair.contend();
     assert!(
         pair.requeued(pair.b),
@@ -239,13 +248,47 @@ fn a_victim_whose_watchdog_died_is_requeued_by_another_once() {
         pair.b
     );
     assert_eq!(job_field(pair.a, "Restarts"), "0");
-    let log = syslog();
     let acted = format!("job {}: preempted job {}:", pair.a, pair.b);
+    assert!(
+        wait_until(Duration::from_secs(5), || syslog()
+            .lines()
+            .any(|l| l.contains(&acted) && l.contains("whose watchdog is gone"))),
+        "A's watchdog must say it acted for B's dead one"
+    );
+    // B's restart gets a watchdog of its own; the contention is over and nobody acts again.
+    let (dir, b) = (pair.dir.clone(), pair.b);
+    let restarted = wait_until(Duration::from_secs(40), || output(&dir, "b", b).contains("run=1"));
+    assert!(restarted, "B did not restart");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(job_field(pair.a, "Restarts"), "0");
+    assert_eq!(job_field(pair.b, "Restarts"), "1", "B must be requeued once");
+    let log = syslog();
     assert_eq!(
         log.matches(&acted).count(),
         1,
         "A's watchdog must act for B exactly once"
     );
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains(&format!("job {}: preempted: GPU", pair.b)))
+            .count(),
+        0,
+        "B's own (dead) watchdog cannot have acted"
+    );
+    // When both end, nothing of either is left: runtime directories and metrics files.
+    let (a, b) = (pair.a, pair.b);
+    drop(pair);
+    for job in [a, b] {
+        let files = [
+            runtime_dir().join(format!("jobs/{job}")),
+            lab().join(format!("gmq/metrics/gpu_mem_quota_job_{job}.prom")),
+        ];
+        assert!(
+            wait_until(Duration::from_secs(15), || files.iter().all(|f| !f.exists())),
+            "job {job}: left behind: {:?}",
+            files.iter().filter(|f| f.exists()).collect::<Vec<_>>()
+        );
+    }
 }
 
 #[test]

@@ -382,3 +382,321 @@ fn a_job_named_like_an_admin_comment_is_still_enforced() {
 fn hostname() -> String {
     admin("hostname", &["-s"]).trim().to_string()
 }
+
+/// The job's Prometheus textfile in the lab's metrics directory (`metrics::file_name`).
+fn metrics_file(job: u32) -> std::path::PathBuf {
+    lab().join(format!("gmq/metrics/gpu_mem_quota_job_{job}.prom"))
+}
+
+/// How many lines this run's syslog has that contain `needle`.
+fn syslog_count(needle: &str) -> usize {
+    syslog().lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_killed_watchdog_never_harms_the_job_and_leaves_nothing_behind() {
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("wd-killed");
+    let go = dir.join("go");
+    let script = format!(
+        "{CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done",
+        go = go.display()
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
+    let metrics = metrics_file(job);
+    assert!(
+        wait_until(Duration::from_secs(30), || watchdog_pids(job).len() == 1
+            && metrics.exists()),
+        "job {job}: watchdog {:?}, metrics file {} there: {}",
+        watchdog_pids(job),
+        metrics.display(),
+        metrics.exists()
+    );
+    let watchdog = watchdog_pids(job)[0];
+    admin("kill", &["-KILL", &watchdog.to_string()]);
+    assert!(
+        wait_until(Duration::from_secs(5), || watchdog_pids(job).is_empty()),
+        "job {job}: the watchdog survived SIGKILL"
+    );
+    // The job runs on, unwatched; the dead watchdog's files are still there (nobody removed them yet).
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(job_field(job, "JobState"), "RUNNING");
+    assert!(runtime_dir().join(format!("jobs/{job}")).exists());
+    assert!(metrics.exists());
+
+    run_checked(std::process::Command::new("touch").arg(&go));
+    assert!(
+        wait_until(Duration::from_secs(30), || job_field(job, "JobState")
+            == "COMPLETED"),
+        "job {job}: {}",
+        job_field(job, "JobState")
+    );
+    assert_eq!(job_field(job, "ExitCode"), "0:0");
+    assert_eq!(job_field(job, "Restarts"), "0");
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    assert!(output.contains("done"), "job {job}: {output}");
+    // At the job's end the plugin finds no live watchdog and removes what the dead one left.
+    assert_cleaned_up(job);
+    assert!(
+        wait_until(Duration::from_secs(10), || !metrics.exists()),
+        "job {job}: {} left behind",
+        metrics.display()
+    );
+}
+
+/// Mounts a tiny tmpfs at `dir` and fills it: every write there fails with ENOSPC, for root too.
+/// Unmounted when dropped.
+struct FullDisk {
+    dir: std::path::PathBuf,
+}
+
+impl FullDisk {
+    fn mount(dir: std::path::PathBuf) -> Result<FullDisk, String> {
+        std::fs::create_dir_all(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=16k,mode=755", "gmq-full"])
+            .arg(&dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !mounted.status.success() {
+            return Err(format!(
+                "cannot mount a tmpfs: {}",
+                String::from_utf8_lossy(&mounted.stderr).trim()
+            ));
+        }
+        let disk = FullDisk { dir };
+        let chunk = vec![0u8; 4096];
+        let mut filler = std::fs::File::create(disk.filler()).map_err(|e| e.to_string())?;
+        while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+        Ok(disk)
+    }
+
+    fn filler(&self) -> std::path::PathBuf {
+        self.dir.join("filler")
+    }
+}
+
+impl Drop for FullDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_full_metrics_disk_is_logged_once_and_enforcement_goes_on() {
+    let full = match FullDisk::mount(lab().join("gmq/metrics-full")) {
+        Ok(full) => full,
+        Err(reason) => {
+            eprintln!("skipped: {reason} (needs root and tmpfs)");
+            return;
+        }
+    };
+    let _policy = install_policy(&format!(
+        "{}\n[metrics]\ntextfile_dir = \"{}\"\n",
+        policy("action = \"cancel\"\n"),
+        full.dir.display()
+    ));
+    let dir = user_dir("wd-disk-full");
+    let go = dir.join("go");
+    let script = format!(
+        "{CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; claim 50G; sleep 60; echo not-stopped",
+        go = go.display()
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
+    let disk_full = format!(
+        "job {job}: cannot write metrics to {}: No space left on device (os error 28); metrics off for this job",
+        full.dir.display()
+    );
+    assert!(
+        wait_until(Duration::from_secs(30), || syslog_count(&disk_full) > 0),
+        "job {job}: no disk-full line; watchdog {:?}",
+        watchdog_pids(job)
+    );
+    // Room again: metrics stay off for this job (no file, no retry), and nothing more is logged.
+    std::fs::remove_file(full.filler()).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let names: Vec<String> = std::fs::read_dir(&full.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.is_empty(),
+        "job {job}: metrics written after all: {names:?}"
+    );
+    assert_eq!(job_field(job, "JobState"), "RUNNING");
+
+    // The watchdog still enforces: over quota, cancelled after the grace period.
+    run_checked(std::process::Command::new("touch").arg(&go));
+    assert!(
+        wait_until(Duration::from_secs(30), || job_field(job, "JobState")
+            == "CANCELLED"),
+        "job {job} not cancelled: {}",
+        job_field(job, "JobState")
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || syslog_count(&format!(
+            "job {job}: GPU memory 50G over its 40G quota"
+        )) > 0),
+        "job {job}: no over-quota line"
+    );
+    assert_eq!(
+        syslog_count(&disk_full),
+        1,
+        "job {job}: the disk-full line must come once"
+    );
+    assert_eq!(syslog_count(&format!("job {job}: cannot write metrics")), 1);
+    assert_cleaned_up(job);
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn two_steps_starting_at_once_get_one_watchdog() {
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("wd-two-steps");
+    let (id_file, go) = (dir.join("job-id"), dir.join("go"));
+    // salloc: no batch step starts a watchdog first; the two srun steps are the job's first tasks.
+    let script = format!(
+        "echo $SLURM_JOB_ID > {id}; while [ ! -e {go} ]; do sleep 0.1; done; \
+         srun --overlap -n1 sleep 4 & srun --overlap -n1 sleep 4 & wait; echo steps-done",
+        id = id_file.display(),
+        go = go.display()
+    );
+    let salloc = std::thread::spawn(move || {
+        as_user(
+            "salloc",
+            &["--gres=gpu:1", "--gpu-mem-quota=40G", "sh", "-c", &script],
+            &[],
+        )
+    });
+    assert!(
+        wait_until(Duration::from_secs(30), || std::fs::read_to_string(&id_file)
+            .is_ok_and(|t| t.trim().parse::<u32>().is_ok())),
+        "salloc gave no job"
+    );
+    let job: u32 = std::fs::read_to_string(&id_file).unwrap().trim().parse().unwrap();
+    assert!(
+        watchdog_pids(job).is_empty(),
+        "job {job}: a watchdog before any step"
+    );
+
+    // Watch /proc closely while both steps start: every watchdog process seen, and when.
+    run_checked(std::process::Command::new("touch").arg(&go));
+    let started = Instant::now();
+    let mut seen: Vec<(u32, Instant, Instant)> = Vec::new(); // pid, first seen, last seen
+    let mut most_at_once = 0;
+    while started.elapsed() < Duration::from_secs(3) {
+        let pids = watchdog_pids(job);
+        most_at_once = most_at_once.max(pids.len());
+        let now = Instant::now();
+        for pid in pids {
+            match seen.iter_mut().find(|(p, _, _)| *p == pid) {
+                Some(entry) => entry.2 = now,
+                None => seen.push((pid, now, now)),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let lasting: Vec<u32> = seen
+        .iter()
+        .filter(|(_, first, last)| *last - *first > Duration::from_millis(500))
+        .map(|(pid, _, _)| *pid)
+        .collect();
+    eprintln!(
+        "job {job}: watchdog processes seen {:?}, at most {most_at_once} at once",
+        seen.iter().map(|(pid, _, _)| pid).collect::<Vec<_>>()
+    );
+    assert_eq!(lasting.len(), 1, "job {job}: watchdogs that stayed: {lasting:?}");
+    let watchdog = lasting[0];
+    assert_eq!(watchdog_pids(job), vec![watchdog]);
+
+    // One more, exactly as the plugin starts it, while the first runs: it cannot take the lock and
+    // exits at once, quietly, and the first goes on.
+    let argv: Vec<String> = std::fs::read_to_string(format!("/proc/{watchdog}/cmdline"))
+        .unwrap()
+        .split('\0')
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
+    let mut another = std::process::Command::new(&argv[0]);
+    another
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SLURM_CONF", slurm_conf());
+    let before = Instant::now();
+    let mut another = another.spawn().unwrap();
+    let second = another.id();
+    let status = another.wait().unwrap();
+    assert!(
+        status.success(),
+        "job {job}: the second watchdog exited with {status}"
+    );
+    assert!(
+        before.elapsed() < Duration::from_secs(2),
+        "it took {:?}",
+        before.elapsed()
+    );
+    assert_eq!(watchdog_pids(job), vec![watchdog]);
+    let stood_down =
+        |pid: u32| format!("gpu-mem-quota[{pid}]: job {job}: another watchdog already watches this job");
+    assert!(
+        wait_until(Duration::from_secs(5), || syslog_count(&stood_down(second)) == 1),
+        "job {job}: the second watchdog did not say why it left"
+    );
+
+    let out = salloc.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("steps-done"),
+        "job {job}: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        syslog_count(&format!("job {job}: watching GPU(s)")),
+        1,
+        "job {job}: one watchdog watched"
+    );
+    // Whether the steps' own watchdogs raced this time (both spawned, one lost the lock) or the
+    // second step already found the first's pid file: either way one watched.
+    let raced = syslog_count(&format!("job {job}: another watchdog already watches this job")) - 1;
+    eprintln!("job {job}: {raced} watchdog(s) of the steps stood down at the lock");
+    assert_cleaned_up(job);
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_runtime_dir_it_cannot_use_leaves_the_job_unwatched_and_unharmed() {
+    // runtime_dir under a regular file: nobody, root included, can create it.
+    let blocked = lab().join("gmq/blocked");
+    std::fs::write(&blocked, "").unwrap();
+    let runtime_dir = blocked.join("run");
+    let _policy = install_policy(&policy(&format!(
+        "action = \"cancel\"\nruntime_dir = \"{}\"\n",
+        runtime_dir.display()
+    )));
+    let dir = user_dir("wd-runtime-dir");
+    // Over its quota for longer than the grace: a watchdog would cancel it; none watches.
+    let script = format!("{CLAIM}; claim 50G; sleep 4; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
+    let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
+    let _ = std::fs::remove_file(&blocked);
+    assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
+    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    assert_eq!(job_field(job.id, "ExitCode"), "0:0");
+    let line = format!(
+        "job {}: cannot create the job's runtime directory {}/jobs/{}: Not a directory (os error 20); \
+         the job runs unwatched",
+        job.id,
+        runtime_dir.display(),
+        job.id
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || syslog_count(&line) == 1),
+        "job {}: no runtime-dir line",
+        job.id
+    );
+    assert_eq!(syslog_count(&format!("job {}: watching GPU(s)", job.id)), 0);
+    assert!(watchdog_pids(job.id).is_empty());
+}

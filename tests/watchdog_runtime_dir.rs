@@ -1,0 +1,176 @@
+//! The real `gpu-mem-quota watchdog` against a runtime directory it cannot use (docs/SAFETY.md, fault
+//! table): it logs why, once, and exits at once with status 1; the job it was started for runs
+//! unwatched (the plugin never waits for it; the e2e test
+//! `a_runtime_dir_it_cannot_use_leaves_the_job_unwatched_and_unharmed` shows the job side).
+//!
+//! The watchdog runs as root, which permission bits do not stop: every case here fails for root too.
+//! Each run is in its own mount namespace where the syslog sockets are empty files, so the watchdog
+//! falls back to `<state_dir>/watchdog.log` and the test reads exactly what it logged. Needs root and
+//! mount namespaces (`unshare -m`); skipped with the reason otherwise.
+
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+const JOB: u32 = 4242;
+
+/// How long a watchdog that must exit at once may take, generously (the machine may be busy).
+const PROMPT: Duration = Duration::from_secs(10);
+
+/// One way the runtime directory can be unusable, set up under `base`; returns the runtime_dir to
+/// name in the policy and, for a read-only mount, the directory to mount read-only in the namespace.
+struct Case {
+    name: &'static str,
+    setup: fn(&Path) -> (PathBuf, Option<PathBuf>),
+    /// What the log line must say about the cause.
+    reason: fn(&Path) -> String,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "under-a-regular-file",
+        setup: |base| {
+            fs::write(base.join("file"), "").unwrap();
+            (base.join("file/run"), None)
+        },
+        reason: |_| "Not a directory (os error 20)".into(),
+    },
+    Case {
+        name: "read-only-filesystem",
+        setup: |base| {
+            fs::create_dir(base.join("ro")).unwrap();
+            (base.join("ro/run"), Some(base.join("ro")))
+        },
+        reason: |_| "Read-only file system (os error 30)".into(),
+    },
+    Case {
+        name: "owned-by-a-user",
+        setup: |base| {
+            let dir = base.join("theirs");
+            fs::create_dir(&dir).unwrap();
+            std::os::unix::fs::chown(&dir, Some(2001), Some(2001)).unwrap();
+            (dir, None)
+        },
+        reason: |base| format!("{} is not a root-owned directory", base.join("theirs").display()),
+    },
+    Case {
+        name: "a-symlink",
+        setup: |base| {
+            fs::create_dir(base.join("elsewhere")).unwrap();
+            symlink(base.join("elsewhere"), base.join("link")).unwrap();
+            (base.join("link"), None)
+        },
+        reason: |base| format!("{} is not a root-owned directory", base.join("link").display()),
+    },
+];
+
+/// Why this machine cannot run these tests, if it cannot.
+fn cannot_run() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root: permission bits would be the only obstacle, and mounts need root".into());
+    }
+    match Command::new("unshare").args(["-m", "true"]).status() {
+        Ok(status) if status.success() => None,
+        Ok(status) => Some(format!(
+            "`unshare -m true` failed ({status}): no mount namespaces here"
+        )),
+        Err(e) => Some(format!("cannot run unshare: {e}")),
+    }
+}
+
+/// Runs the watchdog for `JOB` with `config` in a mount namespace without syslog, `read_only`
+/// mounted as a read-only tmpfs there; waits for it to exit (killing it after `PROMPT`).
+fn run_watchdog(base: &Path, config: &Path, read_only: Option<&Path>) -> Option<ExitStatus> {
+    let empty = base.join("not-a-socket");
+    fs::write(&empty, "").unwrap();
+    let script = r#"
+        for socket in /dev/log /var/run/syslog /var/run/log; do
+            if [ -S "$socket" ]; then mount --bind "$0" "$socket" || exit 98; fi
+        done
+        if [ -n "$1" ]; then mount -t tmpfs -o ro,size=16k gmq-test "$1" || exit 99; fi
+        shift
+        exec "$@"
+    "#;
+    let mut child = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .arg(&empty)
+        .arg(read_only.map(|p| p.as_os_str()).unwrap_or_default())
+        .arg(env!("CARGO_BIN_EXE_gpu-mem-quota"))
+        .args([
+            "watchdog".to_string(),
+            format!("--job={JOB}"),
+            "--uid=0".into(),
+            "--gid=0".into(),
+            "--gpus=0".into(),
+            format!("--config={}", config.display()),
+            "--quota-bytes=42949672960".into(),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .spawn()
+        .expect("unshare");
+    let end = Instant::now() + PROMPT;
+    while Instant::now() < end {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
+    if let Some(reason) = cannot_run() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    for case in CASES {
+        let base = std::env::temp_dir().join(format!("gmq-runtime-dir-{}-{}", std::process::id(), case.name));
+        let _ = fs::remove_dir_all(&base);
+        fs::create_dir_all(&base).unwrap();
+        let (runtime_dir, read_only) = (case.setup)(&base);
+        let state_dir = base.join("state");
+        let config = base.join("policy.toml");
+        fs::write(
+            &config,
+            format!(
+                "[defaults]\ndefault = \"none\"\n\n[enforcement]\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n",
+                runtime_dir.display(),
+                state_dir.display()
+            ),
+        )
+        .unwrap();
+
+        let status = run_watchdog(&base, &config, read_only.as_deref());
+        let log = fs::read_to_string(state_dir.join("watchdog.log")).unwrap_or_default();
+        assert_eq!(
+            status.map(|s| s.code()),
+            Some(Some(1)),
+            "{}: the watchdog must exit with status 1 at once; log: {log}",
+            case.name
+        );
+        let expected = format!(
+            "error: job {JOB}: cannot create the job's runtime directory {}/jobs/{JOB}: {}; \
+             the job runs unwatched",
+            runtime_dir.display(),
+            (case.reason)(&base)
+        );
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 1, "{}: one line, and only that: {log}", case.name);
+        assert!(
+            lines[0].ends_with(&expected),
+            "{}: {log}\nexpected: {expected}",
+            case.name
+        );
+        // Nothing was made in its place: no jobs directory, nothing through the symlink.
+        assert!(!runtime_dir.join("jobs").exists(), "{}", case.name);
+        assert!(!base.join("elsewhere/jobs").exists(), "{}", case.name);
+        fs::remove_dir_all(&base).unwrap();
+    }
+}
