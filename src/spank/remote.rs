@@ -25,6 +25,7 @@ use crate::config;
 use crate::hints;
 use crate::job_env;
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
+use crate::preempt::registry;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
@@ -244,11 +245,14 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
         }
         // Not running (it died, or never started): its files must not outlive the job, the
         // runtime directory nor the metrics file (node_exporter would export a dead job's last
-        // sample for ever).
+        // sample for ever) nor its preemption registry entry.
         _ => {
             let _ = runtime::remove_job_dir(&runtime_dir, job);
             if let Some(dir) = &policy.metrics.textfile_dir {
                 let _ = crate::textfile::remove(dir, &crate::metrics::file_name(job));
+            }
+            if runtime_dir.join(registry::REGISTRY_DIR).is_dir() {
+                let _ = registry::Registry::open(&runtime_dir).and_then(|r| r.remove(job));
             }
         }
     }

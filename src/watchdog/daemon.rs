@@ -156,6 +156,14 @@ pub fn run(params: Params) -> ExitCode {
     {
         log.error(&format!("cannot write the pid file: {e}"));
     }
+    let (removed, errors) =
+        super::leftovers::sweep(&settings.runtime_dir, policy.metrics.textfile_dir.as_deref());
+    for what in removed {
+        log.info(&format!("removed the {what}: its job has left this node"));
+    }
+    for e in errors {
+        log.warning(&format!("sweeping what gone jobs left: {e}"));
+    }
     let mut tools = SlurmTools::find();
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         tools = tools.with_slurm_conf(&conf);

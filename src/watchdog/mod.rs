@@ -14,6 +14,7 @@ pub mod control;
 pub mod daemon;
 pub mod gpu;
 pub mod ladder;
+pub mod leftovers;
 pub mod log;
 pub mod params;
 pub mod spawn;
