@@ -427,6 +427,12 @@ fn programs_that_cannot_run_are_reported_without_retries() {
             other => panic!("{other:?}"),
         }
     }
+    // No squeue at all.
+    match tools.job(1) {
+        Err(CtlError::NotFound { program, .. }) => assert_eq!(program, fakes.path("squeue")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fakes.calls(), 0);
     let mut relative = tools.clone();
     relative.scontrol = PathBuf::from("scontrol");
     assert!(matches!(
