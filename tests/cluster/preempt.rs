@@ -223,8 +223,13 @@ fn a_victim_whose_watchdog_died_is_requeued_by_another_once() {
         "28G",
         &[],
     );
-    // Kill B's watchdog: its registry entry stays, its heartbeat stops.
+    // Kill B's watchdog once it has joined the registry: its entry stays, its heartbeat stops.
     let pid_file = runtime_dir().join(format!("jobs/{}/watchdog.pid", pair.b));
+    let entry = runtime_dir().join(format!("registry/{}", pair.b));
+    assert!(
+        wait_until(Duration::from_secs(15), || pid_file.exists() && entry.exists()),
+        "B's watchdog never joined the registry"
+    );
     let pid = std::fs::read_to_string(&pid_file).unwrap_or_default();
     let pid = pid
         .split_whitespace()
@@ -237,10 +242,7 @@ fn a_victim_whose_watchdog_died_is_requeued_by_another_once() {
         wait_until(Duration::from_secs(5), || !proc_dir.exists()),
         "B's watchdog ({pid}) survived SIGKILL"
     );
-    assert!(
-        runtime_dir().join(format!("registry/{}", pair.b)).exists(),
-        "B's registry entry must outlive its watchdog"
-    );
+    assert!(entry.exists(), "B's registry entry must outlive its watchdog");
     pair.contend();
     assert!(
         pair.requeued(pair.b),
