@@ -1,0 +1,357 @@
+//! The watchdog's NVML path against a real driver and a real CUDA process: what the fake NVML
+//! stands in for everywhere else. Needs an NVIDIA GPU and its driver (libnvidia-ml.so.1 and
+//! libcuda.so.1), no Slurm and no CUDA toolkit; every test is ignored elsewhere. Run by
+//! `slurm/gpu-check` (see BENCHMARKS.md, "On a GPU node").
+//!
+//! The CUDA process is this test binary run again as `cuda_holder` with `GMQ_CUDA_HOLD_BYTES`
+//! set: it calls the driver API directly (cuInit, cuCtxCreate, cuMemAlloc, through dlopen), says
+//! `holding` and keeps the memory until its stdin closes.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_mem_quota::config::{Action, Enforcement};
+use gpu_mem_quota::record;
+use gpu_mem_quota::size::ByteSize;
+use gpu_mem_quota::watchdog::gpu::{GpuSample, GpuSource, NvmlSource};
+use gpu_mem_quota::watchdog::status::Status;
+use gpu_mem_quota::watchdog::{AdminComment, Attributor, Controller, JobState, Reporter, Watchdog};
+
+const GIB: u64 = 1 << 30;
+const HOLD_VAR: &str = "GMQ_CUDA_HOLD_BYTES";
+
+/// The real NVML: `GMQ_NVML_LIB`, else the driver's soname, found by the dynamic loader.
+fn nvml_library() -> PathBuf {
+    std::env::var_os("GMQ_NVML_LIB").map_or_else(|| PathBuf::from("libnvidia-ml.so.1"), PathBuf::from)
+}
+
+/// A CUDA process holding `bytes` on the GPU of CUDA ordinal 0 (PCI bus order, as NVML's).
+struct Holder {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl Holder {
+    fn start(bytes: u64) -> Holder {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cuda_holder",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOLD_VAR, bytes.to_string())
+            .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cannot run the CUDA holder");
+        let stdin = child.stdin.take();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        loop {
+            match lines.next() {
+                Some(Ok(line)) if line.starts_with("holding") => break,
+                Some(Ok(line)) if line.starts_with("cuda error") => panic!("the CUDA holder failed: {line}"),
+                Some(Ok(_)) => continue,
+                _ => panic!(
+                    "the CUDA holder ended before it held its memory: {:?}",
+                    child.wait()
+                ),
+            }
+        }
+        // Keep its stdout drained so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Holder { child, stdin }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.stdin.take()); // EOF: the holder frees its memory and exits
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The helper process (only with `GMQ_CUDA_HOLD_BYTES` set; a no-op in a plain test run).
+#[test]
+#[ignore = "needs an NVIDIA GPU: slurm/gpu-check"]
+fn cuda_holder() {
+    let Ok(bytes) = std::env::var(HOLD_VAR) else {
+        return;
+    };
+    let bytes: usize = bytes.parse().expect("GMQ_CUDA_HOLD_BYTES is a byte count");
+    let out = &mut std::io::stdout();
+    match cuda::hold(bytes) {
+        Ok(_memory) => {
+            writeln!(out, "holding {bytes} bytes").unwrap();
+            out.flush().unwrap();
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+            // The process exits and the driver frees the context with it.
+        }
+        Err(e) => {
+            writeln!(out, "cuda error: {e}").unwrap();
+            out.flush().unwrap();
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: slurm/gpu-check"]
+fn nvml_sees_every_gpu_and_a_cuda_process_with_its_memory() {
+    let mut source = NvmlSource::open(&nvml_library(), &[]).unwrap_or_else(|e| panic!("NVML: {e}"));
+    let inventory = source.inventory();
+    assert!(!inventory.is_empty(), "NVML lists no GPU");
+    for (index, uuid, total) in &inventory {
+        println!("gpu-check: GPU {index} {uuid} {}", ByteSize::from_bytes(*total));
+        assert!(uuid.starts_with("GPU-") || uuid.starts_with("MIG-"), "{uuid}");
+    }
+    let before = gpu0(&source.sample().unwrap()).used;
+
+    let holder = Holder::start(2 * GIB);
+    let sample = source.sample().unwrap_or_else(|e| panic!("sample: {e}"));
+    let gpu = gpu0(&sample);
+    let listed: Vec<_> = gpu.processes.iter().map(|p| (p.pid, p.used)).collect();
+    println!(
+        "gpu-check: GPU {} used {} -> {}, processes {listed:?}",
+        gpu.index, before, gpu.used
+    );
+    let ours = gpu
+        .processes
+        .iter()
+        .find(|p| p.pid == holder.pid())
+        .unwrap_or_else(|| {
+            panic!(
+                "NVML does not list the CUDA process {} (listed: {listed:?}); a container without the \
+             host's pid namespace would show host pids",
+                holder.pid()
+            )
+        });
+    let used = ours.used.expect("NVML says Unavailable for a bare-metal process");
+    // The allocation plus the context (a few hundred MiB on recent GPUs).
+    assert!(used >= 2 * GIB, "the process holds {used} bytes");
+    assert!(
+        gpu.used >= before + 2 * GIB,
+        "the device's used memory did not grow by 2 GiB"
+    );
+    println!(
+        "gpu-check: the CUDA process holds {} for a 2G allocation",
+        ByteSize::from_bytes(used)
+    );
+
+    drop(holder);
+    let gone = wait_for(|| {
+        let sample = source.sample().unwrap();
+        !gpu0(&sample)
+            .processes
+            .iter()
+            .any(|p| p.used.is_some_and(|u| u >= 2 * GIB))
+    });
+    assert!(gone, "the CUDA process's memory was not freed");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: slurm/gpu-check"]
+fn the_watchdog_requeues_a_real_cuda_process_over_its_quota() {
+    let mut source = NvmlSource::open(&nvml_library(), &["0".to_string()]).unwrap();
+    let settings = Enforcement {
+        interval: Duration::from_millis(100),
+        grace: Duration::from_millis(300),
+        ..Enforcement::default()
+    };
+    let mut watchdog = Watchdog::new(7, "gpu-check", Some(ByteSize::from_bytes(GIB)), settings);
+    watchdog.set_run(0);
+    let holder = Holder::start(2 * GIB);
+    let (mut slurm, mut lines) = (Slurm::default(), Lines::default());
+    let mut attributor = OnlyPid(holder.pid());
+    let started = Instant::now();
+    while !watchdog.has_acted() && started.elapsed() < Duration::from_secs(10) {
+        watchdog.tick(
+            Instant::now(),
+            &mut source,
+            &mut attributor,
+            &mut slurm,
+            &mut lines,
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("gpu-check: watchdog lines {:?}", lines.0);
+    assert_eq!(slurm.calls, ["comment", "requeue"], "{:?}", lines.0);
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert!(record.totals().peak >= 2 * GIB, "{}", slurm.admin_comment);
+    println!(
+        "gpu-check: requeue chosen {:?} after the first sample over the quota (grace 300 ms)",
+        started.elapsed()
+    );
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU: slurm/gpu-check"]
+fn prints_what_one_real_sample_costs() {
+    let mut source = NvmlSource::open(&nvml_library(), &[]).unwrap();
+    let _holder = Holder::start(GIB);
+    let mut times: Vec<Duration> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            source.sample().unwrap();
+            t.elapsed()
+        })
+        .collect();
+    times.sort();
+    println!(
+        "gpu-check: NvmlSource::sample on {} GPU(s) with a CUDA process: median {:?}, p95 {:?}, max {:?} (200 samples)",
+        source.inventory().len(),
+        times[100],
+        times[190],
+        times[199]
+    );
+}
+
+fn gpu0(sample: &[GpuSample]) -> &GpuSample {
+    sample
+        .iter()
+        .min_by_key(|g| g.index)
+        .expect("no GPU in the sample")
+}
+
+fn wait_for(mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check()
+}
+
+struct OnlyPid(u32);
+
+impl Attributor for OnlyPid {
+    fn is_ours(&mut self, pid: u32) -> Option<bool> {
+        Some(pid == self.0)
+    }
+}
+
+#[derive(Default)]
+struct Slurm {
+    admin_comment: String,
+    calls: Vec<String>,
+}
+
+impl Controller for Slurm {
+    fn job(&mut self) -> Result<JobState, String> {
+        Ok(JobState {
+            state: "RUNNING".into(),
+            restarts: 0,
+            requeueable: true,
+            qos: "normal".into(),
+            partition: "gpu".into(),
+            account: "physics".into(),
+            priority: 1,
+        })
+    }
+    fn admin_comment(&mut self) -> Result<AdminComment, String> {
+        Ok(AdminComment::Read(self.admin_comment.clone()))
+    }
+    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
+        self.calls.push("comment".into());
+        self.admin_comment = text.to_string();
+        Ok(())
+    }
+    fn perform(&mut self, action: Action) -> Result<(), String> {
+        self.calls
+            .push(gpu_mem_quota::watchdog::action_name(action).to_string());
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Lines(Vec<String>);
+
+impl Reporter for Lines {
+    fn info(&mut self, m: &str) {
+        self.0.push(format!("info: {m}"));
+    }
+    fn warning(&mut self, m: &str) {
+        self.0.push(format!("warning: {m}"));
+    }
+    fn error(&mut self, m: &str) {
+        self.0.push(format!("error: {m}"));
+    }
+    fn status(&mut self, _: &Status) {}
+}
+
+/// The CUDA driver API, just enough to hold memory: loaded with dlopen so that the test builds
+/// and links on machines without a driver.
+mod cuda {
+    use super::*;
+
+    type CuResult = c_int;
+
+    /// A context with `bytes` allocated, kept for the life of the process.
+    pub struct Held;
+
+    pub fn hold(bytes: usize) -> Result<Held, String> {
+        // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is called with the
+        // signature the CUDA driver API documents for it, on this thread only.
+        unsafe {
+            let lib = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
+            if lib.is_null() {
+                return Err(format!("cannot load libcuda.so.1: {}", dl_error()));
+            }
+            let init: extern "C" fn(c_uint) -> CuResult = symbol(lib, c"cuInit")?;
+            let device_get: extern "C" fn(*mut c_int, c_int) -> CuResult = symbol(lib, c"cuDeviceGet")?;
+            let ctx_create: extern "C" fn(*mut *mut c_void, c_uint, c_int) -> CuResult =
+                symbol(lib, c"cuCtxCreate_v2")?;
+            let mem_alloc: extern "C" fn(*mut u64, usize) -> CuResult = symbol(lib, c"cuMemAlloc_v2")?;
+            check("cuInit", init(0))?;
+            let mut device = 0;
+            check("cuDeviceGet", device_get(&mut device, 0))?;
+            let mut context = std::ptr::null_mut();
+            check("cuCtxCreate", ctx_create(&mut context, 0, device))?;
+            let mut pointer = 0u64;
+            check("cuMemAlloc", mem_alloc(&mut pointer, bytes))?;
+        }
+        Ok(Held)
+    }
+
+    unsafe fn symbol<T: Copy>(lib: *mut c_void, name: &CStr) -> Result<T, String> {
+        let found = libc::dlsym(lib, name.as_ptr());
+        if found.is_null() {
+            return Err(format!("libcuda.so.1 has no {name:?}"));
+        }
+        Ok(std::mem::transmute_copy(&found))
+    }
+
+    fn check(call: &str, result: CuResult) -> Result<(), String> {
+        match result {
+            0 => Ok(()),
+            code => Err(format!("{call} returned CUresult {code}")),
+        }
+    }
+
+    unsafe fn dl_error() -> String {
+        let text: *const c_char = libc::dlerror();
+        if text.is_null() {
+            return "unknown error".into();
+        }
+        CStr::from_ptr(text).to_string_lossy().into_owned()
+    }
+}
