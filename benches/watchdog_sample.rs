@@ -46,6 +46,7 @@ impl Controller for NoSlurm {
             partition: "gpu".into(),
             account: "physics".into(),
             priority: 1,
+            node_count: 1,
         })
     }
     fn admin_comment(&mut self) -> Result<AdminComment, String> {

@@ -265,6 +265,7 @@ impl Controller for Slurm {
             partition: "gpu".into(),
             account: "physics".into(),
             priority: 1,
+            node_count: 1,
         })
     }
     fn admin_comment(&mut self) -> Result<AdminComment, String> {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use gpu_mem_quota::slurmctl::{Backoff, CtlError, Refusal, SlurmTools, SAFE_PATH};
 
 /// squeue's line for job 42 (`SQUEUE_FORMAT`).
-const SQUEUE_42: &str = "42|alice|2001|100|physics|normal|RUNNING|1|1|1|2026-11-30T05:48:03|gpu|vm|";
+const SQUEUE_42: &str = "42|alice|2001|100|physics|normal|RUNNING|1|1|1|2026-11-30T05:48:03|gpu|vm|1|";
 
 const RECORD_42: &str = "JobId=42 JobName=wrap UserId=alice(2001) GroupId=alice(2001) MCS_label=N/A Priority=100 Nice=0 Account=physics QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:01:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-30T05:48:02 EligibleTime=2026-11-30T05:48:02 AccrueTime=2026-11-30T05:48:02 StartTime=2026-11-30T05:48:03 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T05:48:02 Scheduler=Main Partition=gpu AllocNode:Sid=login:1 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/home/alice/run me.sh WorkDir=/home/alice AdminComment=note by ops  StdErr=/tmp/o StdIn=/dev/null StdOut=/tmp/o Power= ";
 
@@ -128,7 +128,7 @@ fn job_asks_squeue_for_text_free_columns_only() {
             "--states=all",
             "--jobs=42",
             "--Format=JobID:|,UserName:|,UserID:|,PriorityLong:|,Account:|,QOS:|,State:|,\
-             Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|",
+             Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|,NumNodes:|",
         ]
     );
     assert_eq!(

@@ -8,12 +8,12 @@ use gpu_mem_quota::slurmctl::{classify, parse_admin_comment, parse_squeue, JobSt
 /// squeue lists them when asked for the array's id (the dev cluster's, one task changed to show
 /// restarts and a hostlist).
 const SQUEUE_COMPLETED: &str =
-    "199|gmq-user|2001|4294901605|physics|normal|FAILED|1|0|1|2026-11-30T08:13:43|gpu|vm|\n";
-const SQUEUE_HELD: &str = "200|gmq-user|2001|0|physics|normal|PENDING|1|0|1|N/A|gpu||\n";
+    "199|gmq-user|2001|4294901605|physics|normal|FAILED|1|0|1|2026-11-30T08:13:43|gpu|vm|1|\n";
+const SQUEUE_HELD: &str = "200|gmq-user|2001|0|physics|normal|PENDING|1|0|1|N/A|gpu||1|\n";
 const SQUEUE_ARRAY: &str =
-    "388|gmq-user|2001|4294901439|physics|normal|RUNNING|1|0|1|2026-11-30T08:30:01|gpu|vm|\n\
-390|gmq-user|2001|4294901439|physics|normal|RUNNING|1|0|1|2026-11-30T08:30:01|gpu|vm|\n\
-389|gmq-user|2001|4294901439|physics|normal|COMPLETING|1|2|1|2026-11-30T08:30:01|gpu|gpu[01-02]|\n";
+    "388|gmq-user|2001|4294901439|physics|normal|RUNNING|1|0|1|2026-11-30T08:30:01|gpu|vm|1|\n\
+390|gmq-user|2001|4294901439|physics|normal|RUNNING|1|0|1|2026-11-30T08:30:01|gpu|vm|1|\n\
+389|gmq-user|2001|4294901439|physics|normal|COMPLETING|1|2|1|2026-11-30T08:30:01|gpu|gpu[01-02]|2|\n";
 
 /// Verbatim from the dev cluster (22.05.8): a finished batch job without AdminComment.
 const REAL_COMPLETED: &str = "JobId=24 JobName=wrap UserId=gmq-user(2001) GroupId=gmq-user(2001) MCS_label=N/A Priority=4294901736 Nice=0 Account=physics QOS=normal JobState=COMPLETED Reason=None Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-30T05:48:02 EligibleTime=2026-11-30T05:48:02 AccrueTime=2026-11-30T05:48:02 StartTime=2026-11-30T05:48:02 EndTime=2026-11-30T05:48:02 Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T05:48:02 Scheduler=Main Partition=gpu AllocNode:Sid=localhost:1092 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/home/gmq-user StdErr=/tmp/p1.out StdIn=/dev/null StdOut=/tmp/p1.out Power= \n";
@@ -59,21 +59,31 @@ fn reads_the_fields_of_real_squeue_lines() {
     assert_eq!((held.job_state, held.priority), (JobState::Pending, 0));
     assert_eq!((held.start_time.as_str(), held.node_list.as_str()), ("N/A", ""));
 
-    let salloc = parse_squeue("4300|bob|2002|1000|chem|high|RUNNING|0|0|0|N/A|debug|n1|\n", 4300).unwrap();
+    let salloc = parse_squeue(
+        "4300|bob|2002|1000|chem|high|RUNNING|0|0|0|N/A|debug|n1|1|\n",
+        4300,
+    )
+    .unwrap();
     assert!(!salloc.is_requeueable());
 }
 
 #[test]
 fn picks_the_exact_job_among_an_arrays_tasks() {
-    for (id, state, restarts, nodes) in [
-        (388, JobState::Running, 0, "vm"),
-        (389, JobState::Completing, 2, "gpu[01-02]"),
-        (390, JobState::Running, 0, "vm"),
+    for (id, state, restarts, nodes, count) in [
+        (388, JobState::Running, 0, "vm", 1),
+        (389, JobState::Completing, 2, "gpu[01-02]", 2),
+        (390, JobState::Running, 0, "vm", 1),
     ] {
         let job = parse_squeue(SQUEUE_ARRAY, id).unwrap_or_else(|e| panic!("job {id}: {e}"));
         assert_eq!(
-            (job.job_id, job.job_state, job.restarts, job.node_list.as_str()),
-            (id, state, restarts, nodes)
+            (
+                job.job_id,
+                job.job_state,
+                job.restarts,
+                job.node_list.as_str(),
+                job.node_count
+            ),
+            (id, state, restarts, nodes, count)
         );
     }
     let missing = parse_squeue(SQUEUE_ARRAY, 38).unwrap_err();
@@ -87,10 +97,17 @@ fn refuses_squeue_lines_it_cannot_read() {
     let table: Vec<(String, &str)> = vec![
         (
             line.replace("|physics|", "|phys|ics|"),
-            "14 value(s) where 13 were asked for",
+            "15 value(s) where 14 were asked for",
         ),
-        (line.replace("|gpu|vm|", "|gpu|"), "12 value(s) where 13"),
-        (line.replace("|gpu|vm|", "|gpu|vm|x"), "`x` after the last field"),
+        (line.replace("|gpu|vm|1|", "|gpu|vm|"), "13 value(s) where 14"),
+        (
+            line.replace("|gpu|vm|1|", "|gpu|vm|1|x"),
+            "`x` after the last field",
+        ),
+        (
+            line.replace("|gpu|vm|1|", "|gpu|vm|1-2|"),
+            "NumNodes `1-2` is not a number",
+        ),
         (format!("{line}{line}"), "more than one line for job 199"),
         (line.replace("|FAILED|", "||"), "empty State"),
         (

@@ -73,9 +73,12 @@ struct FakeSlurm {
     /// Why the AdminComment cannot be read (an imitation in the job's text), if it cannot.
     unreadable_comment: Option<String>,
     restarts: u32,
+    node_count: u32,
     requeueable: bool,
     fail_job_reads: u32,
     fail_comment_writes: u32,
+    /// Writes that another node's write replaces right after (a lost read-merge-write race).
+    lost_comment_writes: u32,
     calls: Vec<String>,
 }
 
@@ -93,6 +96,7 @@ impl Controller for FakeSlurm {
             partition: "gpu".into(),
             account: "physics".into(),
             priority: 1,
+            node_count: self.node_count.max(1),
         })
     }
 
@@ -109,6 +113,10 @@ impl Controller for FakeSlurm {
             return Err("Socket timed out".into());
         }
         self.calls.push("comment".into());
+        if self.lost_comment_writes > 0 {
+            self.lost_comment_writes -= 1;
+            return Ok(());
+        }
         self.admin_comment = text.to_string();
         Ok(())
     }
@@ -322,6 +330,89 @@ fn an_unreadable_admin_comment_never_buys_a_job_more_requeues() {
     // A first offence is still a first offence.
     let (slurm, _, _) = run(vec![Ok((50 * G, 0))], hidden(0), 6);
     assert_eq!(slurm.calls, vec!["comment", "requeue"]);
+}
+
+/// One tick and one `keep_record_current` per second, `bytes(second)` of the job's memory.
+fn run_recording(
+    bytes: impl Fn(u64) -> u64,
+    seconds: u64,
+    slurm: FakeSlurm,
+    multi_node: bool,
+) -> (FakeSlurm, Lines) {
+    let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    watchdog.record_while_running(multi_node);
+    let (mut slurm, mut lines) = (slurm, Lines::default());
+    let t0 = Instant::now();
+    for second in 0..seconds {
+        let now = t0 + Duration::from_secs(second);
+        let mut gpus = FakeGpus::new(vec![Ok((bytes(second), 0))]);
+        watchdog.tick(now, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+        watchdog.keep_record_current(now, &mut slurm, &mut lines);
+    }
+    (slurm, lines)
+}
+
+fn recorded_peak(admin_comment: &str) -> u64 {
+    let record = record::parse(admin_comment).unwrap().unwrap();
+    record.entry("node2", 0).map_or(0, |e| e.peak())
+}
+
+#[test]
+fn a_multi_node_jobs_peak_is_recorded_while_it_runs_a_handful_of_times() {
+    // 10G at once, 10.5G at 30 s (5 %: not worth it), 20G at 40 s (written once 60 s have passed).
+    let bytes = |s| match s {
+        0..30 => 10 * G,
+        30..40 => 10 * G + G / 2,
+        _ => 20 * G,
+    };
+    let slurm = FakeSlurm {
+        admin_comment: "site:keep-me".into(),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines) = run_recording(bytes, 100, slurm, true);
+    assert_eq!(slurm.calls, ["comment", "comment"], "{:?}", lines.lines);
+    assert!(
+        slurm.admin_comment.starts_with("site:keep-me "),
+        "{}",
+        slurm.admin_comment
+    );
+    assert_eq!(recorded_peak(&slurm.admin_comment), 20 * G);
+    assert!(lines.lines.is_empty(), "{:?}", lines.lines);
+
+    // A single-node job leaves it to the plugin's final record at the job's end.
+    let (slurm, _) = run_recording(bytes, 100, FakeSlurm::default(), false);
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+}
+
+#[test]
+fn a_record_lost_to_another_nodes_write_is_written_again() {
+    let slurm = FakeSlurm {
+        lost_comment_writes: 2,
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines) = run_recording(|_| 10 * G, 10, slurm, true);
+    // Read back after each write: lost twice, kept the third time, then nothing more to say.
+    assert_eq!(slurm.calls, ["comment"; 3], "{:?}", lines.lines);
+    assert_eq!(recorded_peak(&slurm.admin_comment), 10 * G);
+}
+
+#[test]
+fn an_unreadable_admin_comment_is_left_alone_while_the_job_runs() {
+    let slurm = FakeSlurm {
+        admin_comment: "what slurmctld really holds".into(),
+        unreadable_comment: Some("ambiguous".into()),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines) = run_recording(|_| 10 * G, 10, slurm, true);
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    let warnings: Vec<_> = lines.lines.iter().filter(|l| l.starts_with("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{:?}", lines.lines);
+    assert!(
+        warnings[0].contains("cannot keep this node's record"),
+        "{}",
+        warnings[0]
+    );
 }
 
 /// `ticks` samples 2 s apart of `series(i)` bytes, with prediction on (horizon 5 min).

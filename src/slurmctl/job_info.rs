@@ -34,6 +34,8 @@ pub struct JobInfo {
     pub start_time: String,
     /// A hostlist expression (`gpu[01-04]`); empty while the job is pending.
     pub node_list: String,
+    /// Nodes allocated (the minimum asked for, while pending).
+    pub node_count: u32,
 }
 
 impl JobInfo {
@@ -154,10 +156,10 @@ impl fmt::Display for JobState {
 /// squeue's `--Format` for [`parse_squeue`]: each field followed by `|`, without padding or
 /// truncation (no width given). `PriorityLong` is the integer priority (`Priority` is normalised).
 pub const SQUEUE_FORMAT: &str = "JobID:|,UserName:|,UserID:|,PriorityLong:|,Account:|,QOS:|,State:|,\
-Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|";
+Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|,NumNodes:|";
 
 /// How many values [`SQUEUE_FORMAT`] asks for.
-const SQUEUE_FIELDS: usize = 13;
+const SQUEUE_FIELDS: usize = 14;
 
 /// Reads job `job_id`'s line from `squeue --noheader --Format=SQUEUE_FORMAT` output. squeue lists
 /// every task of an array when asked for the array's id, so the line is picked by its exact job id.
@@ -174,7 +176,7 @@ pub fn parse_squeue(output: &str, job_id: u32) -> Result<JobInfo, String> {
         (Some(_), Some(_)) => return Err(format!("more than one line for job {job_id}")),
     };
     let values: Vec<&str> = line.split('|').collect();
-    let [_id, user_name, user_id, priority, account, qos, state, requeue, restarts, batch_flag, start_time, partition, node_list, rest] =
+    let [_id, user_name, user_id, priority, account, qos, state, requeue, restarts, batch_flag, start_time, partition, node_list, node_count, rest] =
         values.as_slice()
     else {
         return Err(format!(
@@ -206,6 +208,7 @@ pub fn parse_squeue(output: &str, job_id: u32) -> Result<JobInfo, String> {
         priority: number(job_id, "PriorityLong", priority)?,
         start_time: start_time.trim().to_string(),
         node_list: node_list.trim().to_string(),
+        node_count: number(job_id, "NumNodes", node_count)?,
     })
 }
 

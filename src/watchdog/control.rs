@@ -25,6 +25,7 @@ impl Controller for SlurmController {
             partition: info.partition,
             account: info.account,
             priority: info.priority,
+            node_count: info.node_count,
         })
     }
 

@@ -179,7 +179,10 @@ pub fn run(params: Params) -> ExitCode {
     let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id);
     let job = control.job();
     match &job {
-        Ok(job) => watchdog.set_run(job.restarts),
+        Ok(job) => {
+            watchdog.set_run(job.restarts);
+            watchdog.record_while_running(job.node_count > 1);
+        }
         Err(e) => log.error(&format!("cannot read the job from slurmctld: {e}")),
     }
     log.info(&format!(
@@ -271,6 +274,7 @@ pub fn run(params: Params) -> ExitCode {
                     watchdog.mark_preempted();
                 }
             }
+            watchdog.keep_record_current(Instant::now(), &mut control, &mut reporter);
             metrics.write(&watchdog.metrics(&user), &mut reporter);
             if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
                 if let Err(e) = textfile::write_atomically(&dir, runtime::RECORD_FILE, &text) {

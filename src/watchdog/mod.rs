@@ -49,6 +49,8 @@ pub struct JobState {
     pub partition: String,
     pub account: String,
     pub priority: u32,
+    /// Nodes the job runs on: more than one, and this node's entry is recorded while it runs.
+    pub node_count: u32,
 }
 
 /// The job's AdminComment, where its record lives.
@@ -136,6 +138,30 @@ pub struct Watchdog {
     signal_due: Option<i32>,
     /// The job's processes on its GPUs at the last sample.
     job_pids: Vec<u32>,
+    /// Put this node's entry into the AdminComment while the job runs (a multi-node job: only the
+    /// batch node writes a final record, see [`Watchdog::keep_record_current`]).
+    record_while_running: bool,
+    /// When the entry was last put there, and with which peak.
+    record_written: Option<(Instant, u64)>,
+    /// A failure to put it there was logged (once per job).
+    record_failure_logged: bool,
+}
+
+/// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
+/// the job runs; and by how much (percent) its peak must have grown since the last time.
+pub const RECORD_EVERY: Duration = Duration::from_secs(60);
+pub const RECORD_GROWTH_PERCENT: u64 = 10;
+
+/// Whether an entry with `peak` is worth another AdminComment update, given the last one.
+fn record_due(last: Option<(Instant, u64)>, now: Instant, peak: u64) -> bool {
+    match last {
+        None => peak > 0,
+        Some((at, written)) => {
+            now.saturating_duration_since(at) >= RECORD_EVERY
+                && peak > written
+                && peak - written >= written / 100 * RECORD_GROWTH_PERCENT
+        }
+    }
 }
 
 fn unix_now() -> u64 {
@@ -168,6 +194,69 @@ impl Watchdog {
             predicted: None,
             signal_due: None,
             job_pids: Vec::new(),
+            record_while_running: false,
+            record_written: None,
+            record_failure_logged: false,
+        }
+    }
+
+    /// For a job on more than one node: keep this node's entry in the AdminComment while the job
+    /// runs. Only the batch node can write a final record (slurmctld refuses updates once the
+    /// job is completing, when the other nodes learn that it ended), so without this a multi-node
+    /// job's record would hold the other nodes' peaks only if their watchdogs acted.
+    pub fn record_while_running(&mut self, on: bool) {
+        self.record_while_running = on;
+    }
+
+    /// Puts this node's entry into the AdminComment when its peak has grown by
+    /// [`RECORD_GROWTH_PERCENT`] since the last time, at most every [`RECORD_EVERY`] (a handful of
+    /// updates per node and job: peaks settle early). Other nodes merge into the same text at
+    /// about the same time, so the write is read back: an entry another node's write replaced is
+    /// written again at the next sample. Never acts on the job; a failure is logged once.
+    pub fn keep_record_current(
+        &mut self,
+        now: Instant,
+        control: &mut dyn Controller,
+        report: &mut dyn Reporter,
+    ) {
+        if !self.record_while_running || self.acted.is_some() {
+            return;
+        }
+        let Some(entry) = self.entry.clone() else {
+            return;
+        };
+        let peak = entry.peak();
+        if !record_due(self.record_written, now, peak) {
+            return;
+        }
+        let written = (|| {
+            // An AdminComment that cannot be read is left alone: only enforcement rewrites it.
+            let AdminComment::Read(existing) = control.admin_comment()? else {
+                return Err("the AdminComment cannot be read unambiguously".to_string());
+            };
+            if !record::is_recorded(&existing, &entry) {
+                control.set_admin_comment(&record::merge(&existing, &entry).admin_comment)?;
+            }
+            let kept = match control.admin_comment()? {
+                AdminComment::Read(text) => record::parse(&text)
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.entry(&entry.node, entry.run).map(|e| e.peak() >= peak)),
+                AdminComment::Unreadable(_) => None,
+            };
+            Ok(kept == Some(true))
+        })();
+        match written {
+            Ok(true) => self.record_written = Some((now, peak)),
+            Ok(false) => {} // another node's write won the race: again at the next sample
+            Err(e) if !self.record_failure_logged => {
+                self.record_failure_logged = true;
+                report.warning(&format!(
+                    "cannot keep this node's record in the AdminComment while the job runs ({e}); \
+                     will try again"
+                ));
+            }
+            Err(_) => {}
         }
     }
 
