@@ -398,6 +398,42 @@ fn a_record_lost_to_another_nodes_write_is_written_again() {
 }
 
 #[test]
+fn a_record_lost_to_another_nodes_write_is_written_again_before_acting_too() {
+    let slurm = FakeSlurm {
+        requeueable: true,
+        lost_comment_writes: 1,
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    assert_eq!(
+        slurm.calls,
+        ["comment", "comment", "requeue"],
+        "{:?}",
+        lines.lines
+    );
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert_eq!(record.totals().events.get(record::EventKind::Requeued), 1);
+
+    // Lost every time: the writes worked, so the job is requeued all the same, and it is said.
+    let slurm = FakeSlurm {
+        requeueable: true,
+        lost_comment_writes: 3,
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    assert_eq!(
+        slurm.calls,
+        ["comment", "comment", "comment", "requeue"],
+        "{:?}",
+        lines.lines
+    );
+    assert!(lines
+        .lines
+        .iter()
+        .any(|l| l.contains("other writers replaced it 3 times")));
+}
+
+#[test]
 fn an_unreadable_admin_comment_is_left_alone_while_the_job_runs() {
     let slurm = FakeSlurm {
         admin_comment: "what slurmctld really holds".into(),

@@ -273,9 +273,7 @@ fn record_and_act(
     }
     // Unreadable: the record is written afresh; a preemption never waits on the victim's history.
     let comment = control.admin_comment()?;
-    let merged = record::merge(comment.text(), &entry);
-    control
-        .set_admin_comment(&merged.admin_comment)
+    super::record_entry(control, comment.text(), &entry)
         .map_err(|e| format!("{e} (while recording: {why})"))?;
     control.perform(action)
 }

@@ -152,6 +152,32 @@ pub struct Watchdog {
 pub const RECORD_EVERY: Duration = Duration::from_secs(60);
 pub const RECORD_GROWTH_PERCENT: u64 = 10;
 
+/// Writes after which a record that keeps losing to other writers is given up for now.
+const RECORD_ATTEMPTS: u32 = 3;
+
+/// Merges `entry` into the job's AdminComment (`existing`, as read) and reads it back, writing
+/// again when another node's write, based on an older read, replaced it (see docs/ACCOUNTING.md).
+/// `Ok(false)`: still not there after [`RECORD_ATTEMPTS`]. Text that cannot be read back (a job
+/// name imitating an AdminComment: it was written afresh over it) counts as written.
+pub fn record_entry(
+    control: &mut dyn Controller,
+    existing: &str,
+    entry: &record::Entry,
+) -> Result<bool, String> {
+    let mut existing = existing.to_string();
+    for _ in 0..RECORD_ATTEMPTS {
+        if !record::is_recorded(&existing, entry) {
+            control.set_admin_comment(&record::merge(&existing, entry).admin_comment)?;
+        }
+        match control.admin_comment()? {
+            AdminComment::Read(text) if record::is_recorded(&text, entry) => return Ok(true),
+            AdminComment::Read(text) => existing = text,
+            AdminComment::Unreadable(_) => return Ok(true),
+        }
+    }
+    Ok(false)
+}
+
 /// Whether an entry with `peak` is worth another AdminComment update, given the last one.
 fn record_due(last: Option<(Instant, u64)>, now: Instant, peak: u64) -> bool {
     match last {
@@ -211,8 +237,8 @@ impl Watchdog {
     /// Puts this node's entry into the AdminComment when its peak has grown by
     /// [`RECORD_GROWTH_PERCENT`] since the last time, at most every [`RECORD_EVERY`] (a handful of
     /// updates per node and job: peaks settle early). Other nodes merge into the same text at
-    /// about the same time, so the write is read back: an entry another node's write replaced is
-    /// written again at the next sample. Never acts on the job; a failure is logged once.
+    /// about the same time, so the write is read back and repeated ([`record_entry`]), and tried
+    /// again at the next sample if it still lost. Never acts on the job; a failure is logged once.
     pub fn keep_record_current(
         &mut self,
         now: Instant,
@@ -229,26 +255,17 @@ impl Watchdog {
         if !record_due(self.record_written, now, peak) {
             return;
         }
-        let written = (|| {
-            // An AdminComment that cannot be read is left alone: only enforcement rewrites it.
-            let AdminComment::Read(existing) = control.admin_comment()? else {
-                return Err("the AdminComment cannot be read unambiguously".to_string());
-            };
-            if !record::is_recorded(&existing, &entry) {
-                control.set_admin_comment(&record::merge(&existing, &entry).admin_comment)?;
+        let written = match control.admin_comment() {
+            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry),
+            // Left alone: only enforcement writes over an AdminComment it cannot read.
+            Ok(AdminComment::Unreadable(_)) => {
+                Err("the AdminComment cannot be read unambiguously".to_string())
             }
-            let kept = match control.admin_comment()? {
-                AdminComment::Read(text) => record::parse(&text)
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.entry(&entry.node, entry.run).map(|e| e.peak() >= peak)),
-                AdminComment::Unreadable(_) => None,
-            };
-            Ok(kept == Some(true))
-        })();
+            Err(e) => Err(e),
+        };
         match written {
             Ok(true) => self.record_written = Some((now, peak)),
-            Ok(false) => {} // another node's write won the race: again at the next sample
+            Ok(false) => {} // other nodes' writes won every time: again at the next sample
             Err(e) if !self.record_failure_logged => {
                 self.record_failure_logged = true;
                 report.warning(&format!(
@@ -579,13 +596,20 @@ impl Watchdog {
             if action == Action::Requeue {
                 record.facts.restarts += 1;
             }
-            let merged = record::merge(comment.text(), record);
-            if let Err(e) = control.set_admin_comment(&merged.admin_comment) {
-                report.error(&format!(
-                    "{what}, but the record cannot be written ({e}): not acting blind; will try again"
-                ));
-                self.ladder = Ladder::default();
-                return;
+            match record_entry(control, comment.text(), record) {
+                Ok(true) => {}
+                // Written, then replaced by other nodes' writes each time: act all the same (the
+                // writes worked; the next of ours carries the event again).
+                Ok(false) => report.warning(&format!(
+                    "{what}: the record was written but other writers replaced it {RECORD_ATTEMPTS} times"
+                )),
+                Err(e) => {
+                    report.error(&format!(
+                        "{what}, but the record cannot be written ({e}): not acting blind; will try again"
+                    ));
+                    self.ladder = Ladder::default();
+                    return;
+                }
             }
         }
         match control.perform(action) {
