@@ -401,6 +401,7 @@ fn a_record_lost_to_another_nodes_write_is_written_again() {
 fn a_record_lost_to_another_nodes_write_is_written_again_before_acting_too() {
     let slurm = FakeSlurm {
         requeueable: true,
+        node_count: 2,
         lost_comment_writes: 1,
         ..FakeSlurm::default()
     };
@@ -417,6 +418,7 @@ fn a_record_lost_to_another_nodes_write_is_written_again_before_acting_too() {
     // Lost every time: the writes worked, so the job is requeued all the same, and it is said.
     let slurm = FakeSlurm {
         requeueable: true,
+        node_count: 2,
         lost_comment_writes: 3,
         ..FakeSlurm::default()
     };

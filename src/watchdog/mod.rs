@@ -155,19 +155,25 @@ pub const RECORD_GROWTH_PERCENT: u64 = 10;
 /// Writes after which a record that keeps losing to other writers is given up for now.
 const RECORD_ATTEMPTS: u32 = 3;
 
-/// Merges `entry` into the job's AdminComment (`existing`, as read) and reads it back, writing
-/// again when another node's write, based on an older read, replaced it (see docs/ACCOUNTING.md).
+/// Merges `entry` into the job's AdminComment (`existing`, as read). For a job on more than one
+/// node (`shared`), whose other nodes write the same text, reads it back and writes again when
+/// another node's write, based on an older read, replaced ours (see docs/ACCOUNTING.md); a
+/// single-node job has no other writer while it runs, and its actions do not wait for the read.
 /// `Ok(false)`: still not there after [`RECORD_ATTEMPTS`]. Text that cannot be read back (a job
 /// name imitating an AdminComment: it was written afresh over it) counts as written.
 pub fn record_entry(
     control: &mut dyn Controller,
     existing: &str,
     entry: &record::Entry,
+    shared: bool,
 ) -> Result<bool, String> {
     let mut existing = existing.to_string();
     for _ in 0..RECORD_ATTEMPTS {
         if !record::is_recorded(&existing, entry) {
             control.set_admin_comment(&record::merge(&existing, entry).admin_comment)?;
+        }
+        if !shared {
+            return Ok(true);
         }
         match control.admin_comment()? {
             AdminComment::Read(text) if record::is_recorded(&text, entry) => return Ok(true),
@@ -256,7 +262,7 @@ impl Watchdog {
             return;
         }
         let written = match control.admin_comment() {
-            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry),
+            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry, true),
             // Left alone: only enforcement writes over an AdminComment it cannot read.
             Ok(AdminComment::Unreadable(_)) => {
                 Err("the AdminComment cannot be read unambiguously".to_string())
@@ -596,7 +602,7 @@ impl Watchdog {
             if action == Action::Requeue {
                 record.facts.restarts += 1;
             }
-            match record_entry(control, comment.text(), record) {
+            match record_entry(control, comment.text(), record, job.node_count > 1) {
                 Ok(true) => {}
                 // Written, then replaced by other nodes' writes each time: act all the same (the
                 // writes worked; the next of ours carries the event again).
