@@ -273,7 +273,7 @@ fn record_and_act(
     }
     // Unreadable: the record is written afresh; a preemption never waits on the victim's history.
     let comment = control.admin_comment()?;
-    super::record_entry(control, comment.text(), &entry, job.node_count > 1)
+    super::shared_record::record_entry(control, comment.text(), &entry, job.node_count > 1)
         .map_err(|e| format!("{e} (while recording: {why})"))?;
     control.perform(action)
 }

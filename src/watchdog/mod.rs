@@ -17,6 +17,7 @@ pub mod ladder;
 pub mod leftovers;
 pub mod log;
 pub mod params;
+pub mod shared_record;
 pub mod spawn;
 pub mod status;
 
@@ -30,6 +31,7 @@ use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
 use ladder::{JobFacts, Ladder, Step};
+use shared_record::{record_entry, RECORD_ATTEMPTS};
 
 /// Which processes are the job's. `None`: the process is gone.
 pub trait Attributor {
@@ -139,61 +141,12 @@ pub struct Watchdog {
     /// The job's processes on its GPUs at the last sample.
     job_pids: Vec<u32>,
     /// Put this node's entry into the AdminComment while the job runs (a multi-node job: only the
-    /// batch node writes a final record, see [`Watchdog::keep_record_current`]).
+    /// batch node writes a final record, see `shared_record`).
     record_while_running: bool,
     /// When the entry was last put there, and with which peak.
     record_written: Option<(Instant, u64)>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
-}
-
-/// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
-/// the job runs; and by how much (percent) its peak must have grown since the last time.
-pub const RECORD_EVERY: Duration = Duration::from_secs(60);
-pub const RECORD_GROWTH_PERCENT: u64 = 10;
-
-/// Writes after which a record that keeps losing to other writers is given up for now.
-const RECORD_ATTEMPTS: u32 = 3;
-
-/// Merges `entry` into the job's AdminComment (`existing`, as read). For a job on more than one
-/// node (`shared`), whose other nodes write the same text, reads it back and writes again when
-/// another node's write, based on an older read, replaced ours (see docs/ACCOUNTING.md); a
-/// single-node job has no other writer while it runs, and its actions do not wait for the read.
-/// `Ok(false)`: still not there after [`RECORD_ATTEMPTS`]. Text that cannot be read back (a job
-/// name imitating an AdminComment: it was written afresh over it) counts as written.
-pub fn record_entry(
-    control: &mut dyn Controller,
-    existing: &str,
-    entry: &record::Entry,
-    shared: bool,
-) -> Result<bool, String> {
-    let mut existing = existing.to_string();
-    for _ in 0..RECORD_ATTEMPTS {
-        if !record::is_recorded(&existing, entry) {
-            control.set_admin_comment(&record::merge(&existing, entry).admin_comment)?;
-        }
-        if !shared {
-            return Ok(true);
-        }
-        match control.admin_comment()? {
-            AdminComment::Read(text) if record::is_recorded(&text, entry) => return Ok(true),
-            AdminComment::Read(text) => existing = text,
-            AdminComment::Unreadable(_) => return Ok(true),
-        }
-    }
-    Ok(false)
-}
-
-/// Whether an entry with `peak` is worth another AdminComment update, given the last one.
-fn record_due(last: Option<(Instant, u64)>, now: Instant, peak: u64) -> bool {
-    match last {
-        None => peak > 0,
-        Some((at, written)) => {
-            now.saturating_duration_since(at) >= RECORD_EVERY
-                && peak > written
-                && peak - written >= written / 100 * RECORD_GROWTH_PERCENT
-        }
-    }
 }
 
 fn unix_now() -> u64 {
@@ -229,57 +182,6 @@ impl Watchdog {
             record_while_running: false,
             record_written: None,
             record_failure_logged: false,
-        }
-    }
-
-    /// For a job on more than one node: keep this node's entry in the AdminComment while the job
-    /// runs. Only the batch node can write a final record (slurmctld refuses updates once the
-    /// job is completing, when the other nodes learn that it ended), so without this a multi-node
-    /// job's record would hold the other nodes' peaks only if their watchdogs acted.
-    pub fn record_while_running(&mut self, on: bool) {
-        self.record_while_running = on;
-    }
-
-    /// Puts this node's entry into the AdminComment when its peak has grown by
-    /// [`RECORD_GROWTH_PERCENT`] since the last time, at most every [`RECORD_EVERY`] (a handful of
-    /// updates per node and job: peaks settle early). Other nodes merge into the same text at
-    /// about the same time, so the write is read back and repeated ([`record_entry`]), and tried
-    /// again at the next sample if it still lost. Never acts on the job; a failure is logged once.
-    pub fn keep_record_current(
-        &mut self,
-        now: Instant,
-        control: &mut dyn Controller,
-        report: &mut dyn Reporter,
-    ) {
-        if !self.record_while_running || self.acted.is_some() {
-            return;
-        }
-        let Some(entry) = self.entry.clone() else {
-            return;
-        };
-        let peak = entry.peak();
-        if !record_due(self.record_written, now, peak) {
-            return;
-        }
-        let written = match control.admin_comment() {
-            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry, true),
-            // Left alone: only enforcement writes over an AdminComment it cannot read.
-            Ok(AdminComment::Unreadable(_)) => {
-                Err("the AdminComment cannot be read unambiguously".to_string())
-            }
-            Err(e) => Err(e),
-        };
-        match written {
-            Ok(true) => self.record_written = Some((now, peak)),
-            Ok(false) => {} // other nodes' writes won every time: again at the next sample
-            Err(e) if !self.record_failure_logged => {
-                self.record_failure_logged = true;
-                report.warning(&format!(
-                    "cannot keep this node's record in the AdminComment while the job runs ({e}); \
-                     will try again"
-                ));
-            }
-            Err(_) => {}
         }
     }
 
