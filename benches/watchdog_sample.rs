@@ -22,43 +22,21 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use gpu_mem_quota::config::{Action, Enforcement};
+use gpu_mem_quota::config::Enforcement;
 use gpu_mem_quota::size::ByteSize;
 use gpu_mem_quota::watchdog::control::ProcAttributor;
 use gpu_mem_quota::watchdog::gpu::{GpuSource, NvmlSource};
 use gpu_mem_quota::watchdog::status::Status;
-use gpu_mem_quota::watchdog::{AdminComment, Attributor, Controller, JobState, Reporter, Watchdog};
+use gpu_mem_quota::watchdog::{Attributor, Reporter, Watchdog};
+
+// Slurm is never asked here: the sampled processes stay under the quota.
+#[path = "../tests/common/watchdog_fakes.rs"]
+mod watchdog_fakes;
+use watchdog_fakes::FakeSlurm;
 
 const SHAPES: [(u32, u32); 6] = [(1, 1), (1, 16), (1, 64), (8, 1), (8, 16), (8, 64)];
 const WARMUP: usize = 10;
 const JOB_ID: u32 = 4242;
-
-/// Slurm that is never asked: the sampled processes stay under the quota.
-struct NoSlurm;
-
-impl Controller for NoSlurm {
-    fn job(&mut self) -> Result<JobState, String> {
-        Ok(JobState {
-            state: "RUNNING".into(),
-            restarts: 0,
-            requeueable: true,
-            qos: "normal".into(),
-            partition: "gpu".into(),
-            account: "physics".into(),
-            priority: 1,
-            node_count: 1,
-        })
-    }
-    fn admin_comment(&mut self) -> Result<AdminComment, String> {
-        Ok(AdminComment::Read(String::new()))
-    }
-    fn set_admin_comment(&mut self, _: &str) -> Result<(), String> {
-        Ok(())
-    }
-    fn perform(&mut self, _: Action) -> Result<(), String> {
-        Ok(())
-    }
-}
 
 struct Silent;
 
@@ -217,12 +195,13 @@ fn measure(library: &Path, gpus: u32, procs: u32, samples: usize) -> Result<Figu
     let mut watchdog = Watchdog::new(JOB_ID, "bench", Some(ByteSize::from_bytes(40 << 30)), settings);
     watchdog.set_run(0);
     let mut attributor = ProcAttributor::new(JOB_ID, PathBuf::from("/proc"));
+    let mut slurm = FakeSlurm::default();
     let mut tick = || {
         watchdog.tick(
             Instant::now(),
             &mut source,
             &mut attributor,
-            &mut NoSlurm,
+            &mut slurm,
             &mut Silent,
         );
     };

@@ -13,12 +13,15 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpu_mem_quota::config::{Action, Enforcement};
+use gpu_mem_quota::config::Enforcement;
 use gpu_mem_quota::record;
 use gpu_mem_quota::size::ByteSize;
 use gpu_mem_quota::watchdog::gpu::{GpuSample, GpuSource, NvmlSource};
-use gpu_mem_quota::watchdog::status::Status;
-use gpu_mem_quota::watchdog::{AdminComment, Attributor, Controller, JobState, Reporter, Watchdog};
+use gpu_mem_quota::watchdog::{Attributor, Watchdog};
+
+#[path = "common/watchdog_fakes.rs"]
+mod watchdog_fakes;
+use watchdog_fakes::{FakeSlurm, Lines};
 
 const GIB: u64 = 1 << 30;
 const HOLD_VAR: &str = "GMQ_CUDA_HOLD_BYTES";
@@ -178,7 +181,11 @@ fn the_watchdog_requeues_a_real_cuda_process_over_its_quota() {
     let mut watchdog = Watchdog::new(7, "gpu-check", Some(ByteSize::from_bytes(GIB)), settings);
     watchdog.set_run(0);
     let holder = Holder::start(2 * GIB);
-    let (mut slurm, mut lines) = (Slurm::default(), Lines::default());
+    let mut slurm = FakeSlurm {
+        requeueable: true,
+        ..FakeSlurm::default()
+    };
+    let mut lines = Lines::default();
     let mut attributor = OnlyPid(holder.pid());
     let started = Instant::now();
     while !watchdog.has_acted() && started.elapsed() < Duration::from_secs(10) {
@@ -191,8 +198,8 @@ fn the_watchdog_requeues_a_real_cuda_process_over_its_quota() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    println!("gpu-check: watchdog lines {:?}", lines.0);
-    assert_eq!(slurm.calls, ["comment", "requeue"], "{:?}", lines.0);
+    println!("gpu-check: watchdog lines {:?}", lines.lines);
+    assert_eq!(slurm.calls, ["comment", "requeue"], "{:?}", lines.lines);
     let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
     assert!(record.totals().peak >= 2 * GIB, "{}", slurm.admin_comment);
     println!(
@@ -247,56 +254,6 @@ impl Attributor for OnlyPid {
     fn is_ours(&mut self, pid: u32) -> Option<bool> {
         Some(pid == self.0)
     }
-}
-
-#[derive(Default)]
-struct Slurm {
-    admin_comment: String,
-    calls: Vec<String>,
-}
-
-impl Controller for Slurm {
-    fn job(&mut self) -> Result<JobState, String> {
-        Ok(JobState {
-            state: "RUNNING".into(),
-            restarts: 0,
-            requeueable: true,
-            qos: "normal".into(),
-            partition: "gpu".into(),
-            account: "physics".into(),
-            priority: 1,
-            node_count: 1,
-        })
-    }
-    fn admin_comment(&mut self) -> Result<AdminComment, String> {
-        Ok(AdminComment::Read(self.admin_comment.clone()))
-    }
-    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
-        self.calls.push("comment".into());
-        self.admin_comment = text.to_string();
-        Ok(())
-    }
-    fn perform(&mut self, action: Action) -> Result<(), String> {
-        self.calls
-            .push(gpu_mem_quota::watchdog::action_name(action).to_string());
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct Lines(Vec<String>);
-
-impl Reporter for Lines {
-    fn info(&mut self, m: &str) {
-        self.0.push(format!("info: {m}"));
-    }
-    fn warning(&mut self, m: &str) {
-        self.0.push(format!("warning: {m}"));
-    }
-    fn error(&mut self, m: &str) {
-        self.0.push(format!("error: {m}"));
-    }
-    fn status(&mut self, _: &Status) {}
 }
 
 /// The CUDA driver API, just enough to hold memory: loaded with dlopen so that the test builds

@@ -3,12 +3,15 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use gpu_mem_quota::config::{Action, Enforcement};
+use gpu_mem_quota::config::Enforcement;
 use gpu_mem_quota::record;
 use gpu_mem_quota::size::ByteSize;
 use gpu_mem_quota::watchdog::gpu::{GpuProcess, GpuSample, GpuSource};
-use gpu_mem_quota::watchdog::status::Status;
-use gpu_mem_quota::watchdog::{AdminComment, Attributor, Controller, JobState, Reporter, Watchdog};
+use gpu_mem_quota::watchdog::{Attributor, Watchdog};
+
+#[path = "common/watchdog_fakes.rs"]
+mod watchdog_fakes;
+use watchdog_fakes::{FakeSlurm, Lines};
 
 const G: u64 = 1 << 30;
 const JOB_PID: u32 = 100;
@@ -64,88 +67,6 @@ struct ByPid;
 impl Attributor for ByPid {
     fn is_ours(&mut self, pid: u32) -> Option<bool> {
         Some(pid == JOB_PID)
-    }
-}
-
-#[derive(Default)]
-struct FakeSlurm {
-    admin_comment: String,
-    /// Why the AdminComment cannot be read (an imitation in the job's text), if it cannot.
-    unreadable_comment: Option<String>,
-    restarts: u32,
-    node_count: u32,
-    requeueable: bool,
-    fail_job_reads: u32,
-    fail_comment_writes: u32,
-    /// Writes that another node's write replaces right after (a lost read-merge-write race).
-    lost_comment_writes: u32,
-    calls: Vec<String>,
-}
-
-impl Controller for FakeSlurm {
-    fn job(&mut self) -> Result<JobState, String> {
-        if self.fail_job_reads > 0 {
-            self.fail_job_reads -= 1;
-            return Err("Unable to contact slurm controller".into());
-        }
-        Ok(JobState {
-            state: "RUNNING".into(),
-            restarts: self.restarts,
-            requeueable: self.requeueable,
-            qos: "normal".into(),
-            partition: "gpu".into(),
-            account: "physics".into(),
-            priority: 1,
-            node_count: self.node_count.max(1),
-        })
-    }
-
-    fn admin_comment(&mut self) -> Result<AdminComment, String> {
-        Ok(match &self.unreadable_comment {
-            Some(why) => AdminComment::Unreadable(why.clone()),
-            None => AdminComment::Read(self.admin_comment.clone()),
-        })
-    }
-
-    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
-        if self.fail_comment_writes > 0 {
-            self.fail_comment_writes -= 1;
-            return Err("Socket timed out".into());
-        }
-        self.calls.push("comment".into());
-        if self.lost_comment_writes > 0 {
-            self.lost_comment_writes -= 1;
-            return Ok(());
-        }
-        self.admin_comment = text.to_string();
-        Ok(())
-    }
-
-    fn perform(&mut self, action: Action) -> Result<(), String> {
-        self.calls
-            .push(gpu_mem_quota::watchdog::action_name(action).to_string());
-        Ok(())
-    }
-}
-
-#[derive(Default)]
-struct Lines {
-    lines: Vec<String>,
-    status: Option<Status>,
-}
-
-impl Reporter for Lines {
-    fn info(&mut self, m: &str) {
-        self.lines.push(format!("info: {m}"));
-    }
-    fn warning(&mut self, m: &str) {
-        self.lines.push(format!("warning: {m}"));
-    }
-    fn error(&mut self, m: &str) {
-        self.lines.push(format!("error: {m}"));
-    }
-    fn status(&mut self, s: &Status) {
-        self.status = Some(s.clone());
     }
 }
 

@@ -1,0 +1,90 @@
+//! A fake slurmctld and a reporter that keeps its lines, for driving a `Watchdog` without Slurm:
+//! shared by tests/watchdog_tick.rs, tests/real_gpu.rs and benches/watchdog_sample.rs.
+#![allow(dead_code)] // each user takes what it needs
+
+use gpu_mem_quota::config::Action;
+use gpu_mem_quota::watchdog::status::Status;
+use gpu_mem_quota::watchdog::{AdminComment, Controller, JobState, Reporter};
+
+/// A slurmctld with one running job; every write and action is listed in `calls`.
+#[derive(Default)]
+pub struct FakeSlurm {
+    pub admin_comment: String,
+    /// Why the AdminComment cannot be read (an imitation in the job's text), if it cannot.
+    pub unreadable_comment: Option<String>,
+    pub restarts: u32,
+    pub node_count: u32,
+    pub requeueable: bool,
+    pub fail_job_reads: u32,
+    pub fail_comment_writes: u32,
+    /// Writes that another node's write replaces right after (a lost read-merge-write race).
+    pub lost_comment_writes: u32,
+    pub calls: Vec<String>,
+}
+
+impl Controller for FakeSlurm {
+    fn job(&mut self) -> Result<JobState, String> {
+        if self.fail_job_reads > 0 {
+            self.fail_job_reads -= 1;
+            return Err("Unable to contact slurm controller".into());
+        }
+        Ok(JobState {
+            state: "RUNNING".into(),
+            restarts: self.restarts,
+            requeueable: self.requeueable,
+            qos: "normal".into(),
+            partition: "gpu".into(),
+            account: "physics".into(),
+            priority: 1,
+            node_count: self.node_count.max(1),
+        })
+    }
+
+    fn admin_comment(&mut self) -> Result<AdminComment, String> {
+        Ok(match &self.unreadable_comment {
+            Some(why) => AdminComment::Unreadable(why.clone()),
+            None => AdminComment::Read(self.admin_comment.clone()),
+        })
+    }
+
+    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
+        if self.fail_comment_writes > 0 {
+            self.fail_comment_writes -= 1;
+            return Err("Socket timed out".into());
+        }
+        self.calls.push("comment".into());
+        if self.lost_comment_writes > 0 {
+            self.lost_comment_writes -= 1;
+            return Ok(());
+        }
+        self.admin_comment = text.to_string();
+        Ok(())
+    }
+
+    fn perform(&mut self, action: Action) -> Result<(), String> {
+        self.calls
+            .push(gpu_mem_quota::watchdog::action_name(action).to_string());
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub struct Lines {
+    pub lines: Vec<String>,
+    pub status: Option<Status>,
+}
+
+impl Reporter for Lines {
+    fn info(&mut self, m: &str) {
+        self.lines.push(format!("info: {m}"));
+    }
+    fn warning(&mut self, m: &str) {
+        self.lines.push(format!("warning: {m}"));
+    }
+    fn error(&mut self, m: &str) {
+        self.lines.push(format!("error: {m}"));
+    }
+    fn status(&mut self, s: &Status) {
+        self.status = Some(s.clone());
+    }
+}
