@@ -7,18 +7,9 @@ use std::time::Duration;
 use gpu_mem_quota::config::{self, render, Config, Frameworks, HintSettings, Metrics, Prediction};
 use gpu_mem_quota::size::parse_size;
 
-fn parse(text: &str) -> Result<Config, Vec<String>> {
-    config::parse(text, "t.toml").map_err(|e| e.to_string().lines().map(String::from).collect())
-}
-
-/// The errors for `lines` placed in `table`, two lines down from the top (a comment line first, so
-/// that a wrong line number shows).
-fn errors_in(table: &str, lines: &str) -> Vec<String> {
-    match parse(&format!("# policy\n[{table}]\n{lines}\n")) {
-        Ok(_) => panic!("expected errors for [{table}] {lines}"),
-        Err(errors) => errors,
-    }
-}
+#[path = "common/config_errors.rs"]
+mod config_errors;
+use config_errors::{assert_one_error_each, errors_in, parse};
 
 fn size(text: &str) -> gpu_mem_quota::size::ByteSize {
     parse_size(text).unwrap()
@@ -109,15 +100,7 @@ fn frameworks_bad() {
             "t.toml:3:1: [frameworks] contex_reserve: unknown field `contex_reserve`, expected one of `pytorch`, `pytorch_memory_fraction`, `jax`, `tensorflow`, `mps`, `context_reserve`",
         ),
     ];
-    for &(line, expected) in table {
-        let found = errors_in("frameworks", line);
-        assert_eq!(found.len(), 1, "{line}: {found:?}");
-        assert!(
-            found[0].starts_with(expected),
-            "{line}:\n  got  {}\n  want {expected}",
-            found[0]
-        );
-    }
+    assert_one_error_each("frameworks", table);
 }
 
 #[test]
@@ -182,15 +165,7 @@ fn hints_bad() {
         ("fixed_memory = 12", "t.toml:3:16: [hints] fixed_memory: expected a string such as \"80G\", found integer 12"),
         ("fixed_memory = \"none\"", "t.toml:3:16: [hints] fixed_memory: invalid size 'none'"),
     ];
-    for &(line, expected) in table {
-        let found = errors_in("hints", line);
-        assert_eq!(found.len(), 1, "{line}: {found:?}");
-        assert!(
-            found[0].starts_with(expected),
-            "{line}:\n  got  {}\n  want {expected}",
-            found[0]
-        );
-    }
+    assert_one_error_each("hints", table);
 }
 
 #[test]
@@ -240,15 +215,7 @@ fn prediction_bad() {
         ("signal = \"USR1\"", "t.toml:3:10: [prediction] signal: invalid signal 'USR1'"),
         ("signal = 10", "t.toml:3:10: [prediction] signal: expected a string such as \"SIGUSR1\", found integer 10"),
     ];
-    for &(line, expected) in table {
-        let found = errors_in("prediction", line);
-        assert_eq!(found.len(), 1, "{line}: {found:?}");
-        assert!(
-            found[0].starts_with(expected),
-            "{line}:\n  got  {}\n  want {expected}",
-            found[0]
-        );
-    }
+    assert_one_error_each("prediction", table);
 }
 
 #[test]
@@ -280,15 +247,7 @@ fn metrics() {
         ),
         ("dir = \"/x\"", "t.toml:3:1: [metrics] dir: unknown field `dir`, expected `textfile_dir`"),
     ];
-    for &(line, expected) in table {
-        let found = errors_in("metrics", line);
-        assert_eq!(found.len(), 1, "{line}: {found:?}");
-        assert!(
-            found[0].starts_with(expected),
-            "{line}:\n  got  {}\n  want {expected}",
-            found[0]
-        );
-    }
+    assert_one_error_each("metrics", table);
 }
 
 #[test]

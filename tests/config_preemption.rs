@@ -7,18 +7,9 @@ use std::time::Duration;
 use gpu_mem_quota::config::{self, render, Config};
 use gpu_mem_quota::preempt::{AfterMax, PreemptSettings, RankKind, Ranks};
 
-fn parse(text: &str) -> Result<Config, Vec<String>> {
-    config::parse(text, "t.toml").map_err(|e| e.to_string().lines().map(String::from).collect())
-}
-
-/// The errors for `lines` placed in `table`, two lines down from the top (a comment line first, so
-/// that a wrong line number shows).
-fn errors_in(table: &str, lines: &str) -> Vec<String> {
-    match parse(&format!("# policy\n[{table}]\n{lines}\n")) {
-        Ok(_) => panic!("expected errors for [{table}] {lines}"),
-        Err(errors) => errors,
-    }
-}
+#[path = "common/config_errors.rs"]
+mod config_errors;
+use config_errors::{assert_one_error_each, parse};
 
 fn ranks(entries: &[(RankKind, &str, i32)]) -> Ranks {
     entries
@@ -154,15 +145,7 @@ fn bad_values() {
             "t.toml:3:1: [preemption] heartbeat: unknown field `heartbeat`, expected one of `enabled`, `reserve`",
         ),
     ];
-    for &(line, expected) in table {
-        let found = errors_in("preemption", line);
-        assert_eq!(found.len(), 1, "{line}: {found:?}");
-        assert!(
-            found[0].starts_with(expected),
-            "{line}:\n  got  {}\n  want {expected}",
-            found[0]
-        );
-    }
+    assert_one_error_each("preemption", table);
 }
 
 #[test]
@@ -225,15 +208,7 @@ fn bad_ranks() {
         ),
         ("qos = 5", "t.toml:3:7: [preemption.ranks] qos: invalid type: integer `5`, expected a map"),
     ];
-    for &(line, expected) in table {
-        let found = errors_in("preemption.ranks", line);
-        assert_eq!(found.len(), 1, "{line}: {found:?}");
-        assert!(
-            found[0].starts_with(expected),
-            "{line}:\n  got  {}\n  want {expected}",
-            found[0]
-        );
-    }
+    assert_one_error_each("preemption.ranks", table);
 }
 
 #[test]

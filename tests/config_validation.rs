@@ -6,9 +6,9 @@ use std::time::Duration;
 use gpu_mem_quota::config::{self, Action, Amount, Config, DefaultQuota, LoadError, OnConfigError, RuleKind};
 use gpu_mem_quota::size::parse_size;
 
-fn parse(text: &str) -> Result<Config, Vec<String>> {
-    config::parse(text, "t.toml").map_err(|e| e.to_string().lines().map(String::from).collect())
-}
+#[path = "common/config_errors.rs"]
+mod config_errors;
+use config_errors::parse;
 
 fn errors(text: &str) -> Vec<String> {
     match parse(text) {
