@@ -244,6 +244,15 @@ impl Registry {
         Ok(Registry { dir })
     }
 
+    /// Opens `<runtime_dir>/registry` only if it is there (a node without preemption has none):
+    /// for cleaning up, which must create nothing.
+    pub fn open_existing(runtime_dir: &Path) -> io::Result<Option<Registry>> {
+        if !runtime_dir.join(REGISTRY_DIR).is_dir() {
+            return Ok(None);
+        }
+        Registry::open(runtime_dir).map(Some)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

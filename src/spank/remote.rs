@@ -251,8 +251,8 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
             if let Some(dir) = &policy.metrics.textfile_dir {
                 let _ = crate::textfile::remove(dir, &crate::metrics::file_name(job));
             }
-            if runtime_dir.join(registry::REGISTRY_DIR).is_dir() {
-                let _ = registry::Registry::open(&runtime_dir).and_then(|r| r.remove(job));
+            if let Ok(Some(registry)) = registry::Registry::open_existing(&runtime_dir) {
+                let _ = registry.remove(job);
             }
         }
     }

@@ -35,23 +35,22 @@ pub fn sweep(runtime_dir: &Path, metrics_dir: Option<&Path>) -> (Vec<String>, Ve
             Err(e) => errors.push(format!("cannot read {}: {e}", dir.display())),
         }
     }
-    // Only a registry that exists: a node without preemption has none and needs none.
-    if runtime_dir.join(REGISTRY_DIR).is_dir() {
-        let listed = Registry::open(runtime_dir).and_then(|r| r.list().map(|entries| (r, entries)));
-        match listed {
-            Ok((registry, entries)) => {
-                for job in entries.iter().map(|e| e.job_id).filter(|job| gone(*job)) {
-                    match registry.remove(job) {
-                        Ok(()) => removed.push(format!("registry entry of job {job}")),
-                        Err(e) => errors.push(format!("cannot remove the registry entry of job {job}: {e}")),
-                    }
+    let listed = Registry::open_existing(runtime_dir)
+        .and_then(|r| r.map(|r| r.list().map(|entries| (r, entries))).transpose());
+    match listed {
+        Ok(None) => {}
+        Ok(Some((registry, entries))) => {
+            for job in entries.iter().map(|e| e.job_id).filter(|job| gone(*job)) {
+                match registry.remove(job) {
+                    Ok(()) => removed.push(format!("registry entry of job {job}")),
+                    Err(e) => errors.push(format!("cannot remove the registry entry of job {job}: {e}")),
                 }
             }
-            Err(e) => errors.push(format!(
-                "cannot read {}: {e}",
-                runtime_dir.join(REGISTRY_DIR).display()
-            )),
         }
+        Err(e) => errors.push(format!(
+            "cannot read {}: {e}",
+            runtime_dir.join(REGISTRY_DIR).display()
+        )),
     }
     (removed, errors)
 }

@@ -79,13 +79,12 @@ impl Watchdog {
         if !self.record_while_running || self.acted.is_some() {
             return;
         }
-        let Some(entry) = self.entry.clone() else {
-            return;
+        // Cloned only when due: this runs every sample.
+        let entry = match &self.entry {
+            Some(entry) if record_due(self.record_written, now, entry.peak()) => entry.clone(),
+            _ => return,
         };
         let peak = entry.peak();
-        if !record_due(self.record_written, now, peak) {
-            return;
-        }
         let written = match control.admin_comment() {
             Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry, true),
             // Left alone: only enforcement writes over an AdminComment it cannot read.
