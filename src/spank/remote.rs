@@ -29,8 +29,10 @@ use crate::preempt::registry;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::{CtlError, SlurmTools};
-use crate::watchdog::{gpu, params::Params, spawn};
+use crate::slurmctl::SlurmTools;
+use crate::watchdog::control::SlurmController;
+use crate::watchdog::shared_record::record_entry;
+use crate::watchdog::{gpu, params::Params, spawn, AdminComment, Controller};
 
 /// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
 const EXTERN_STEP: u32 = 0xffff_fffc;
@@ -280,16 +282,10 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         tools = tools.with_slurm_conf(&conf);
     }
-    let existing = match tools.admin_comment(job) {
-        Ok(text) => text,
-        // The same rule as the watchdog's: an AdminComment that cannot be told apart from imitation
-        // is replaced by our record alone.
-        Err(CtlError::Garbage { message, .. }) => {
-            log::error(&format!(
-                "job {job}: the AdminComment cannot be read ({message}): writing the final record afresh"
-            ));
-            String::new()
-        }
+    // The watchdog's own way to write its record, one attempt: the job's end may not be held up.
+    let mut slurm = SlurmController { job_id: job, tools };
+    let comment = match slurm.admin_comment() {
+        Ok(comment) => comment,
         Err(e) => {
             log::error(&format!(
                 "job {job}: cannot write the final record to AdminComment: {e}"
@@ -297,8 +293,14 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
             return;
         }
     };
-    let merged = crate::record::merge(&existing, &entry);
-    if let Err(e) = tools.set_admin_comment(job, &merged.admin_comment) {
+    // The same rule as the watchdog's: an AdminComment that cannot be told apart from imitation
+    // is replaced by our record alone.
+    if let AdminComment::Unreadable(why) = &comment {
+        log::error(&format!(
+            "job {job}: the AdminComment cannot be read ({why}): writing the final record afresh"
+        ));
+    }
+    if let Err(e) = record_entry(&mut slurm, comment.text(), &entry, false) {
         log::error(&format!(
             "job {job}: cannot write the final record to AdminComment: {e}"
         ));
