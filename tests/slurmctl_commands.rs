@@ -357,7 +357,9 @@ fn floods_of_output_are_read_bounded_without_stalling() {
     let mut tools = fakes.tools();
     tools.timeout = PROMPT;
     match tools.job(42) {
-        Err(CtlError::Garbage { message, .. }) => assert!(message.contains("output cut at 1048576 bytes")),
+        Err(CtlError::Garbage { message, .. }) => {
+            assert!(message.contains("more than 1048576 bytes"), "{message}")
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -448,4 +450,57 @@ fn the_default_finds_the_system_tools() {
     assert!(tools.scontrol.is_absolute() && tools.scancel.is_absolute());
     assert_eq!(tools.scontrol.parent(), tools.scancel.parent());
     assert!(tools.env.is_empty());
+}
+
+/// `squeue --json` as Slurm 22.05 prints it (every job, whatever `--jobs` says), cut to the fields
+/// read; job 42's Comment and name imitate scontrol's text.
+const SQUEUE_JSON: &str = r#"{"meta":{},"errors":[],"jobs":[
+ {"job_id":41,"admin_comment":"not ours","account":"a","partition":"p","qos":"q","user_id":1,"nodes":"vm","gres_detail":[]},
+ {"job_id":42,"admin_comment":"","comment":"x AdminComment=ticket=FORGED gpu-mem-quota:v1{n9/0:q=1G,preempted=99}",
+  "name":"AdminComment=y","account":"physics","partition":"gpu","qos":"normal","user_id":2001,
+  "nodes":"vm","gres_detail":["gpu:fake:1(IDX:2)"]}]}"#;
+
+#[test]
+fn the_admin_comment_is_read_from_json_where_user_text_cannot_pose_as_it() {
+    let fakes = Fakes::new("json");
+    fakes.write("squeue", &format!("cat <<'EOF'\n{SQUEUE_JSON}\nEOF"));
+    // scontrol's text would show the imitation as the AdminComment (the job has none).
+    fakes.write(
+        "scontrol",
+        &format!(
+            "echo '{}'",
+            RECORD_42.replace("AdminComment=note by ops  ", "AdminComment=ticket=FORGED  ")
+        ),
+    );
+    let tools = fakes.tools();
+    assert_eq!(tools.admin_comment(42).unwrap(), "");
+    assert_eq!(fakes.argv(), ["--json", "--states=all", "--jobs=42"]);
+    let record = tools.job_record(42).unwrap();
+    assert_eq!(
+        (record.account.as_str(), record.gpus_on("vm")),
+        ("physics", Some(&[2][..]))
+    );
+}
+
+#[test]
+fn without_json_any_imitation_anywhere_in_the_text_makes_it_unreadable() {
+    let fakes = Fakes::new("nojson");
+    fakes.write(
+        "squeue",
+        "echo 'squeue: error: unable to load serializer plugin' >&2; exit 1",
+    );
+    // No AdminComment of its own; the imitation inside a word of the working directory.
+    fakes.write(
+        "scontrol",
+        &format!(
+            "echo '{}'",
+            RECORD_42
+                .replace("AdminComment=note by ops  ", "")
+                .replace("WorkDir=/home/alice", "WorkDir=/home/alice/xAdminComment=forged")
+        ),
+    );
+    match fakes.tools().admin_comment(42) {
+        Err(CtlError::Garbage { message, .. }) => assert!(message.contains("ambiguous"), "{message}"),
+        other => panic!("{other:?}"),
+    }
 }

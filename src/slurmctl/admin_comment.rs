@@ -1,18 +1,19 @@
-//! A job's AdminComment, read from `scontrol --oneliner show job N`. Pure.
+//! A job's AdminComment, read from `scontrol --oneliner show job N`. Pure. This is the fallback
+//! for a Slurm without JSON output; `squeue --json` ([`super::job_json`]) is read first.
 //!
-//! squeue 22.05 cannot print AdminComment, so it is read from scontrol's record: unquoted
-//! `Key=value` pairs separated by single spaces (src/api/job_info.c, `slurm_sprint_job_info`), one
-//! line per job, a job array's meta job one line per task. AdminComment comes after `Command=` and
-//! `WorkDir=` and before `Comment=` and the output paths, followed by two spaces.
+//! scontrol's record is unquoted `Key=value` pairs separated by single spaces (src/api/job_info.c,
+//! `slurm_sprint_job_info`), one line per job, a job array's meta job one line per task.
+//! AdminComment comes after `Command=` and `WorkDir=` and before `Comment=` and the output paths,
+//! followed by two spaces.
 //!
 //! Users write text into the same line (job name, command, paths, comment), which may imitate
 //! `AdminComment=` or a whole record after a newline. So the record must be the only one that
-//! starts with the job's id, and `AdminComment=` must begin a field at most once in it; anything
-//! else is refused as ambiguous, and the caller goes on without the job's history (see
-//! `watchdog::JobState::admin_comment`): imitation can cost a job its own record, never its
-//! enforcement. One imitation cannot be told apart: when a job has no AdminComment, text ending
-//! WorkDir or Command such as ` AdminComment=x  Key=` reads as one; it can only feed that job's own
-//! history.
+//! starts with the job's id, and `AdminComment=` may appear at most once in it, beginning a field;
+//! anything else is refused as ambiguous, and the caller leaves the AdminComment as it is (see
+//! `watchdog::AdminComment::Unreadable`): imitation can cost a job its own record, never its
+//! enforcement. One imitation cannot be told apart in this text: when a job has no AdminComment,
+//! a working directory or command ending ` AdminComment=x` reads as one. That is why the JSON
+//! record is read first; this reader is only for a Slurm built without JSON output.
 
 /// Job `job_id`'s AdminComment from `scontrol --oneliner show job` output, verbatim; empty when the
 /// job has none (Slurm then prints no `AdminComment=`). The error says what is ambiguous or missing.
@@ -32,15 +33,16 @@ pub fn parse_admin_comment(output: &str, job_id: u32) -> Result<String, String> 
         }
         (Some(_), Some(_)) => return Err(format!("ambiguous: more than one record starts with `{wanted}`")),
     };
+    // Any `AdminComment=` but the one field (even inside a word) is user text imitating it.
+    let anywhere = record.matches("AdminComment=").count();
     match key_positions(record, "AdminComment").as_slice() {
-        [] => Ok(String::new()),
-        [at] => {
+        [] if anywhere == 0 => Ok(String::new()),
+        [at] if anywhere == 1 => {
             let rest = &record[at + "AdminComment=".len()..];
             Ok(rest[..admin_comment_end(rest)].to_string())
         }
-        more => Err(format!(
-            "ambiguous: `AdminComment=` appears {} times (a job name, comment or path imitating it?)",
-            more.len()
+        _ => Err(format!(
+            "ambiguous: `AdminComment=` appears {anywhere} times (a job name, comment or path imitating it?)"
         )),
     }
 }

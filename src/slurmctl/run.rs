@@ -24,6 +24,10 @@ pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 /// The most bytes kept from each of stdout and stderr; more is read and dropped.
 pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
+/// The same for `squeue --json`, which in Slurm 22.05 prints every job slurmctld knows (a few KiB
+/// each, whatever `--jobs` says): room for about ten thousand jobs.
+pub const MAX_JSON_OUTPUT_BYTES: usize = 64 << 20;
+
 /// The most bytes read from one pipe per look at the child.
 const MAX_READ_PER_LOOK: usize = 256 * 1024;
 
@@ -36,7 +40,7 @@ pub struct Finished {
     pub status: ExitStatus,
     pub stdout: String,
     pub stderr: String,
-    /// Some output was dropped to stay within [`MAX_OUTPUT_BYTES`].
+    /// Some output was dropped to stay within the cap (e.g. [`MAX_OUTPUT_BYTES`]).
     pub truncated: bool,
 }
 
@@ -51,12 +55,14 @@ pub enum RunError {
     Wait(io::Error),
 }
 
-/// Runs `program args...` with only PATH and `env` in its environment, and waits at most `timeout`.
+/// Runs `program args...` with only PATH and `env` in its environment, and waits at most `timeout`;
+/// keeps at most `max_output` bytes of each stream.
 pub fn run(
     program: &Path,
     args: &[String],
     env: &[(String, String)],
     timeout: Duration,
+    max_output: usize,
 ) -> Result<Finished, RunError> {
     let deadline = Instant::now() + timeout;
     let mut child = Command::new(program)
@@ -70,7 +76,7 @@ pub fn run(
         .process_group(0)
         .spawn()
         .map_err(RunError::Spawn)?;
-    let waited = wait_draining(&mut child, deadline);
+    let waited = wait_draining(&mut child, deadline, max_output);
     // Whatever happened, the child is still unreaped here: its group can be killed safely.
     kill_group(&child);
     let reaped = child.wait();
@@ -86,12 +92,16 @@ pub fn run(
 
 /// Drains both pipes until the child exits (left unreaped) or the deadline passes.
 /// Returns the output on exit, `TimedOut` at the deadline.
-fn wait_draining(child: &mut Child, deadline: Instant) -> Result<(String, String, bool), RunError> {
+fn wait_draining(
+    child: &mut Child,
+    deadline: Instant,
+    max_output: usize,
+) -> Result<(String, String, bool), RunError> {
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(RunError::Wait(io::Error::other("child without output pipes")));
     };
-    let mut out = Drain::new(stdout.into()).map_err(RunError::Wait)?;
-    let mut err = Drain::new(stderr.into()).map_err(RunError::Wait)?;
+    let mut out = Drain::new(stdout.into(), max_output).map_err(RunError::Wait)?;
+    let mut err = Drain::new(stderr.into(), max_output).map_err(RunError::Wait)?;
     let mut nap = Duration::from_millis(1);
     loop {
         out.read_available().map_err(RunError::Wait)?;
@@ -164,15 +174,17 @@ fn wait_readable(drains: &[&Drain], nap: Duration) {
 struct Drain {
     pipe: Option<File>,
     kept: Vec<u8>,
+    max: usize,
     dropped: bool,
 }
 
 impl Drain {
-    fn new(pipe: OwnedFd) -> io::Result<Self> {
+    fn new(pipe: OwnedFd, max: usize) -> io::Result<Self> {
         set_nonblocking(pipe.as_raw_fd())?;
         Ok(Drain {
             pipe: Some(File::from(pipe)),
             kept: Vec::new(),
+            max,
             dropped: false,
         })
     }
@@ -195,7 +207,7 @@ impl Drain {
                     return Ok(());
                 }
                 Ok(n) => {
-                    let room = MAX_OUTPUT_BYTES - self.kept.len();
+                    let room = self.max - self.kept.len();
                     self.kept.extend_from_slice(&buf[..n.min(room)]);
                     self.dropped |= n > room;
                 }

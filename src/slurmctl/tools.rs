@@ -7,7 +7,8 @@ use super::admin_comment::{admin_comment_end, parse_admin_comment};
 use super::classify::{classify, Verdict};
 use super::error::CtlError;
 use super::job_info::{parse_squeue, JobInfo, SQUEUE_FORMAT};
-use super::run::{describe, run, Finished, RunError};
+use super::job_json::{parse_squeue_json, JobRecord};
+use super::run::{describe, run, Finished, RunError, MAX_JSON_OUTPUT_BYTES, MAX_OUTPUT_BYTES};
 
 /// Where [`SlurmTools::find`] looks for scontrol, in order: distribution packages, then the two
 /// usual prefixes of a source build.
@@ -96,21 +97,44 @@ impl SlurmTools {
             format!("--jobs={job_id}"),
             format!("--Format={SQUEUE_FORMAT}"),
         ];
-        let finished = self.call(&squeue, &args)?;
-        parse_squeue(&finished.stdout, job_id).map_err(|message| garbage(&squeue, &args, &finished, message))
+        let stdout = self.read(&squeue, &args, MAX_OUTPUT_BYTES)?;
+        parse_squeue(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
     }
 
-    /// The job's AdminComment (empty when it has none), from `scontrol --oneliner show job ID`.
-    /// [`CtlError::Garbage`] when the record cannot be read unambiguously ([`parse_admin_comment`]),
-    /// or when the text could not be written back with our record added: a control character (user
-    /// text after a newline reads as part of it) or no room left under [`MAX_ADMIN_COMMENT_BYTES`].
-    /// Callers then write the record afresh, so such text can never keep the record from being
-    /// written, and with it the watchdog from acting.
+    /// `squeue --json`: the job's AdminComment, identity and GPUs per node, each its own JSON field
+    /// ([`parse_squeue_json`]), so no user-written text can pose as one.
+    pub fn job_record(&self, job_id: u32) -> Result<JobRecord, CtlError> {
+        let squeue = self.squeue_path();
+        let args = vec![
+            "--json".to_string(),
+            "--states=all".to_string(),
+            format!("--jobs={job_id}"),
+        ];
+        let stdout = self.read(&squeue, &args, MAX_JSON_OUTPUT_BYTES)?;
+        parse_squeue_json(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
+    }
+
+    /// The job's AdminComment (empty when it has none), from [`SlurmTools::job_record`]'s JSON.
+    /// Where that cannot be had (a Slurm built without JSON support, or more jobs than
+    /// [`MAX_JSON_OUTPUT_BYTES`] hold), from `scontrol --oneliner show job ID`'s text, which refuses
+    /// ambiguous records ([`parse_admin_comment`]).
+    /// [`CtlError::Garbage`] when the record cannot be read unambiguously, or when the text could not
+    /// be written back with our record added: a control character (user text after a newline reads
+    /// as part of it) or no room left under [`MAX_ADMIN_COMMENT_BYTES`]. Callers then leave the
+    /// AdminComment as it is: text that cannot be read is never written over.
     pub fn admin_comment(&self, job_id: u32) -> Result<String, CtlError> {
-        let args = words(&["--oneliner", "show", "job", &job_id.to_string()]);
-        let finished = self.call(&self.scontrol, &args)?;
-        let text = parse_admin_comment(&finished.stdout, job_id)
-            .map_err(|message| garbage(&self.scontrol, &args, &finished, message))?;
+        let (text, source) = match self.job_record(job_id) {
+            Ok(record) => (record.admin_comment, "squeue --json".to_string()),
+            // The controller is out of reach or refused: scontrol would fare no better.
+            Err(e @ (CtlError::Transient { .. } | CtlError::Timeout { .. })) => return Err(e),
+            Err(_) => {
+                let args = words(&["--oneliner", "show", "job", &job_id.to_string()]);
+                let stdout = self.read(&self.scontrol, &args, MAX_OUTPUT_BYTES)?;
+                let text = parse_admin_comment(&stdout, job_id)
+                    .map_err(|message| garbage(&self.scontrol, &args, message))?;
+                (text, command_line(&self.scontrol, &args))
+            }
+        };
         let room = MAX_ADMIN_COMMENT_BYTES - crate::record::MAX_RECORD_BYTES - 1;
         let writable = if text.len() > room {
             Err(format!(
@@ -120,13 +144,9 @@ impl SlurmTools {
         } else {
             check_admin_comment(&text).map_err(|e| e.to_string())
         };
-        writable.map(|()| text).map_err(|why| {
-            garbage(
-                &self.scontrol,
-                &args,
-                &finished,
-                format!("the AdminComment could not be written back: {why}"),
-            )
+        writable.map(|()| text).map_err(|why| CtlError::Garbage {
+            command: source,
+            message: format!("the AdminComment could not be written back: {why}"),
         })
     }
 
@@ -180,15 +200,18 @@ impl SlurmTools {
     /// ([`CtlError::Garbage`]): a report would silently miss jobs. slurmdbd out of reach is retried
     /// like the controller; "accounting storage is disabled" is a [`CtlError::Refused`].
     pub fn sacct(&self, args: &[String]) -> Result<String, CtlError> {
-        let sacct = self.sacct_path();
-        let finished = self.call(&sacct, args)?;
+        self.read(&self.sacct_path(), args, MAX_OUTPUT_BYTES)
+    }
+
+    /// Runs a command whose output is read: output cut at `max_output` bytes is refused
+    /// ([`CtlError::Garbage`]), never read as if it were whole (a field past the cut would read as
+    /// absent).
+    fn read(&self, program: &Path, args: &[String], max_output: usize) -> Result<String, CtlError> {
+        let finished = self.call_capped(program, args, max_output)?;
         if finished.truncated {
             return Err(CtlError::Garbage {
-                command: command_line(&sacct, args),
-                message: format!(
-                    "more than {} bytes of output; ask for fewer jobs",
-                    super::run::MAX_OUTPUT_BYTES
-                ),
+                command: command_line(program, args),
+                message: format!("more than {max_output} bytes of output: not read"),
             });
         }
         Ok(finished.stdout)
@@ -196,6 +219,10 @@ impl SlurmTools {
 
     /// Runs `program args`, retrying while the controller looks unreachable.
     fn call(&self, program: &Path, args: &[String]) -> Result<Finished, CtlError> {
+        self.call_capped(program, args, MAX_OUTPUT_BYTES)
+    }
+
+    fn call_capped(&self, program: &Path, args: &[String], max_output: usize) -> Result<Finished, CtlError> {
         let command = || command_line(program, args);
         if !program.is_absolute() {
             return Err(CtlError::InvalidArgument(format!(
@@ -207,7 +234,7 @@ impl SlurmTools {
         let mut pauses = self.backoff.pauses.iter();
         loop {
             attempts += 1;
-            let finished = match run(program, args, &self.env, self.timeout) {
+            let finished = match run(program, args, &self.env, self.timeout, max_output) {
                 Ok(finished) => finished,
                 Err(RunError::Spawn(e)) => {
                     return Err(CtlError::NotFound {
@@ -279,14 +306,10 @@ fn check_admin_comment(text: &str) -> Result<(), CtlError> {
 }
 
 /// Output that a command printed successfully but that does not read as asked.
-fn garbage(program: &Path, args: &[String], finished: &Finished, message: String) -> CtlError {
+fn garbage(program: &Path, args: &[String], message: String) -> CtlError {
     CtlError::Garbage {
         command: command_line(program, args),
-        message: if finished.truncated {
-            format!("{message} (output cut at {} bytes)", super::run::MAX_OUTPUT_BYTES)
-        } else {
-            message
-        },
+        message,
     }
 }
 

@@ -1,0 +1,192 @@
+//! A job's record from `squeue --json`, where every field is its own JSON value: text a user wrote
+//! (job name, comment, paths) stays inside its own string and cannot pose as the AdminComment, an
+//! account or a GPU list, as it can in `scontrol show job`'s `Key=value` text. Pure.
+//!
+//! Slurm 22.05's `squeue --json` ignores its filters and prints every job slurmctld knows
+//! (`--jobs` is honoured from 23.02 on), so the job is picked here by its exact id. Only the fields
+//! read below are kept; everything else (a few KiB per job) is skipped while parsing.
+
+use serde::Deserialize;
+
+use super::hostlist;
+
+/// What the watchdog and the plugin take from slurmctld's JSON record of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    pub job_id: u32,
+    /// Verbatim; empty when the job has none. Only root, SlurmUser and admins can set it.
+    pub admin_comment: String,
+    pub account: String,
+    pub partition: String,
+    pub qos: String,
+    pub user_id: u32,
+    /// The job's nodes, expanded, in the order of [`JobRecord::gpus_by_node`].
+    pub nodes: Vec<String>,
+    /// Per node, the GPU indices (Slurm's GRES index on that node) the job holds there, whole
+    /// (`gpu`) or in part (`shard`); empty for a node where it holds none.
+    pub gpus_by_node: Vec<Vec<u32>>,
+}
+
+impl JobRecord {
+    /// The GPUs the job holds on `node` (a short host name); `None` when the node is not the
+    /// job's, or slurmctld gave no per-node details to tell.
+    pub fn gpus_on(&self, node: &str) -> Option<&[u32]> {
+        let at = self.nodes.iter().position(|n| n == node)?;
+        self.gpus_by_node.get(at).map(Vec::as_slice)
+    }
+}
+
+#[derive(Deserialize)]
+struct Response {
+    jobs: Vec<Job>,
+}
+
+#[derive(Deserialize)]
+struct Job {
+    job_id: u32,
+    #[serde(default)]
+    admin_comment: Option<String>,
+    #[serde(default)]
+    account: Option<String>,
+    #[serde(default)]
+    partition: Option<String>,
+    #[serde(default)]
+    qos: Option<String>,
+    user_id: u32,
+    #[serde(default)]
+    nodes: Option<String>,
+    #[serde(default)]
+    gres_detail: Vec<String>,
+}
+
+/// Job `job_id`'s record from `squeue --json` output. The error says what is missing or malformed.
+pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
+    let response: Response =
+        serde_json::from_str(output).map_err(|e| format!("not the JSON squeue --json prints: {e}"))?;
+    let count = response.jobs.len();
+    let mut ours = response.jobs.into_iter().filter(|j| j.job_id == job_id);
+    let job = match (ours.next(), ours.next()) {
+        (Some(job), None) => job,
+        (None, _) => return Err(format!("no record for job {job_id} among {count} job(s)")),
+        (Some(_), Some(_)) => return Err(format!("more than one record for job {job_id}")),
+    };
+    let nodes = match job.nodes.as_deref().unwrap_or("") {
+        "" => Vec::new(),
+        list => hostlist::expand(list).map_err(|e| format!("job {job_id}: nodes: {e}"))?,
+    };
+    let gpus_by_node = job
+        .gres_detail
+        .iter()
+        .map(|detail| gpu_indices(detail).map_err(|e| format!("job {job_id}: gres_detail `{detail}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(JobRecord {
+        job_id,
+        admin_comment: job.admin_comment.unwrap_or_default(),
+        account: job.account.unwrap_or_default(),
+        partition: job.partition.unwrap_or_default(),
+        qos: job.qos.unwrap_or_default(),
+        user_id: job.user_id,
+        nodes,
+        gpus_by_node,
+    })
+}
+
+/// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
+/// are separated by commas outside parentheses; `gpu` and `shard` items carry `(IDX:LIST)`. Other
+/// GRES (nic, counts without an index) are ignored.
+pub fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
+    let mut indices = Vec::new();
+    for item in split_items(detail) {
+        let name = item.split([':', '(']).next().unwrap_or("");
+        if name != "gpu" && name != "shard" {
+            continue;
+        }
+        let Some(list) = item.split_once("(IDX:").map(|(_, rest)| rest) else {
+            continue;
+        };
+        let list = list
+            .strip_suffix(')')
+            .ok_or_else(|| format!("`{item}` has no closing parenthesis"))?;
+        for part in list.split(',') {
+            // A shard item may say how many of the GPU's shards it holds: `0(2/8)`.
+            let part = part.split('(').next().unwrap_or(part);
+            if part == "N/A" || part.is_empty() {
+                continue;
+            }
+            let (low, high) = part.split_once('-').unwrap_or((part, part));
+            let number = |s: &str| {
+                s.parse::<u32>()
+                    .map_err(|_| format!("`{part}` is not an index or range"))
+            };
+            let (low, high) = (number(low)?, number(high)?);
+            if low > high || high - low > 1024 {
+                return Err(format!("`{part}` is not a sensible range of GPU indices"));
+            }
+            indices.extend(low..=high);
+        }
+    }
+    indices.sort_unstable();
+    indices.dedup();
+    Ok(indices)
+}
+
+/// Splits at commas outside parentheses.
+fn split_items(detail: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in detail.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&detail[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&detail[start..]);
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Trimmed from the dev cluster's `squeue --json` (Slurm 22.05.8): a user-written comment that
+    /// imitates scontrol's text stays in its own field.
+    const TWO_JOBS: &str = r#"{"meta":{"plugin":{"type":"openapi/v0.0.38"}},"errors":[],"jobs":[
+      {"account":"physics","admin_comment":"","comment":"x AdminComment=forged","job_id":1,
+       "gres_detail":[],"nodes":"","partition":"gpu","qos":"normal","user_id":2001,"name":"AdminComment=y"},
+      {"account":"physics","admin_comment":"ticket=7 gpu-mem-quota:v1{vm/0:q=40G}","comment":"",
+       "job_id":12,"gres_detail":["gpu:fake:1(IDX:0)","gpu:fake:2(IDX:1,3)"],"nodes":"vm,n[1]",
+       "partition":"gpu","qos":"normal","user_id":2001,"job_state":"RUNNING"}]}"#;
+
+    #[test]
+    fn the_job_is_picked_by_id_and_user_text_stays_where_it_is() {
+        let job = parse_squeue_json(TWO_JOBS, 1).unwrap();
+        assert_eq!(job.admin_comment, "");
+        assert!(job.gpus_by_node.is_empty() && job.nodes.is_empty());
+        let job = parse_squeue_json(TWO_JOBS, 12).unwrap();
+        assert_eq!(job.admin_comment, "ticket=7 gpu-mem-quota:v1{vm/0:q=40G}");
+        assert_eq!(job.account, "physics");
+        assert_eq!(job.gpus_on("vm"), Some(&[0][..]));
+        assert_eq!(job.gpus_on("n1"), Some(&[1, 3][..]));
+        assert_eq!(job.gpus_on("other"), None);
+        assert!(parse_squeue_json(TWO_JOBS, 3)
+            .unwrap_err()
+            .contains("no record for job 3 among 2"));
+        assert!(parse_squeue_json("{\"jobs\":[", 3).is_err());
+    }
+
+    #[test]
+    fn gres_details() {
+        assert_eq!(gpu_indices("gpu:fake:1(IDX:0)").unwrap(), [0]);
+        assert_eq!(gpu_indices("gpu:4(IDX:0-3)").unwrap(), [0, 1, 2, 3]);
+        assert_eq!(gpu_indices("gpu:a100:2(IDX:1,3),nic:1").unwrap(), [1, 3]);
+        assert_eq!(gpu_indices("gpu:0(IDX:N/A)").unwrap(), Vec::<u32>::new());
+        assert_eq!(gpu_indices("").unwrap(), Vec::<u32>::new());
+        assert!(gpu_indices("gpu:1(IDX:x)").is_err());
+        assert!(gpu_indices("gpu:1(IDX:0-99999)").is_err());
+    }
+}
