@@ -235,22 +235,17 @@ fn an_unreadable_admin_comment_never_buys_a_job_more_requeues() {
         ..FakeSlurm::default()
     };
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], hidden(3), 6);
-    assert_eq!(slurm.calls, vec!["comment", "requeue-hold"], "{:?}", lines.lines);
+    assert_eq!(slurm.calls, vec!["requeue-hold"], "{:?}", lines.lines);
     assert!(lines.lines.iter().any(|l| l.starts_with("warning")
         && l.contains("AdminComment cannot be read (ambiguous")
-        && l.contains("counting all 3 restart(s)")));
-    // The record is written afresh: nothing of the unreadable text is carried over.
-    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
-    assert!(
-        slurm.admin_comment.starts_with("gpu-mem-quota:"),
-        "{}",
-        slurm.admin_comment
-    );
-    assert_eq!(record.totals().events.get(record::EventKind::Held), 1);
+        && l.contains("counting all 3 restart(s)")
+        && l.contains("without writing the record")));
+    // F6: text that cannot be read is never written over (an admin's words, the job's history).
+    assert_eq!(slurm.admin_comment, "what slurmctld really holds");
 
     // A first offence is still a first offence.
     let (slurm, _, _) = run(vec![Ok((50 * G, 0))], hidden(0), 6);
-    assert_eq!(slurm.calls, vec!["comment", "requeue"]);
+    assert_eq!(slurm.calls, vec!["requeue"]);
 }
 
 /// One tick and one `keep_record_current` per second, `bytes(second)` of the job's memory.
@@ -262,7 +257,7 @@ fn run_recording(
 ) -> (FakeSlurm, Lines) {
     let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
-    watchdog.record_while_running(multi_node);
+    watchdog.set_node_count(if multi_node { 2 } else { 1 });
     let (mut slurm, mut lines) = (slurm, Lines::default());
     let t0 = Instant::now();
     for second in 0..seconds {
@@ -301,9 +296,11 @@ fn a_multi_node_jobs_peak_is_recorded_while_it_runs_a_handful_of_times() {
     assert_eq!(recorded_peak(&slurm.admin_comment), 20 * G);
     assert!(lines.lines.is_empty(), "{:?}", lines.lines);
 
-    // A single-node job leaves it to the plugin's final record at the job's end.
-    let (slurm, _) = run_recording(bytes, 100, FakeSlurm::default(), false);
-    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    // A single-node job's record is kept the same way (a cancelled job gets no final write: the
+    // controller refuses updates once it is completing), without reading each write back.
+    let (slurm, lines) = run_recording(bytes, 100, FakeSlurm::default(), false);
+    assert_eq!(slurm.calls, ["comment", "comment"], "{:?}", lines.lines);
+    assert_eq!(recorded_peak(&slurm.admin_comment), 20 * G);
 }
 
 #[test]
@@ -423,4 +420,19 @@ fn the_saw_tooth_of_training_steps_never_warns() {
         "{:?}",
         lines.lines
     );
+}
+
+#[test]
+fn counts_in_a_record_cannot_wrap_the_requeue_count_to_zero() {
+    // F5: requeued + held overflowed u32 and read as 0 requeues: requeued for ever, never held.
+    let slurm = FakeSlurm {
+        requeueable: true,
+        restarts: 1,
+        admin_comment: "gpu-mem-quota:v1{zz/0:q=1G,requeued=4294967295,held=1}".into(),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    assert_eq!(slurm.calls, vec!["comment", "requeue-hold"], "{:?}", lines.lines);
+    let previous = gpu_mem_quota::hints::previous_run(&slurm.admin_comment).unwrap();
+    assert_eq!(previous.restarts, u32::MAX);
 }

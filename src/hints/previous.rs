@@ -9,7 +9,10 @@ use crate::size::ByteSize;
 pub fn previous_run(admin_comment: &str) -> Option<PreviousRun> {
     let record = record::parse(admin_comment).ok().flatten()?;
     let totals = record.totals();
-    let restarts = totals.events.get(EventKind::Requeued) + totals.events.get(EventKind::Held);
+    let restarts = totals
+        .events
+        .get(EventKind::Requeued)
+        .saturating_add(totals.events.get(EventKind::Held));
     let latest = record.entries().iter().map(|e| e.run).max();
     let peak = record
         .entries()

@@ -293,14 +293,17 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
             return;
         }
     };
-    // The same rule as the watchdog's: an AdminComment that cannot be told apart from imitation
-    // is replaced by our record alone.
-    if let AdminComment::Unreadable(why) = &comment {
-        log::error(&format!(
-            "job {job}: the AdminComment cannot be read ({why}): writing the final record afresh"
-        ));
-    }
-    if let Err(e) = record_entry(&mut slurm, comment.text(), &entry, false) {
+    // Text that cannot be told apart from imitation is left as it is: an admin's words and the
+    // job's history must not go for this run's entry.
+    let Some(existing) = comment.readable() else {
+        if let AdminComment::Unreadable(why) = &comment {
+            log::error(&format!(
+                "job {job}: the AdminComment cannot be read ({why}): the final record is not written"
+            ));
+        }
+        return;
+    };
+    if let Err(e) = record_entry(&mut slurm, existing, &entry, false) {
         log::error(&format!(
             "job {job}: cannot write the final record to AdminComment: {e}"
         ));

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::control::SlurmController;
 use super::gpu::GpuSample;
-use super::{Controller, Reporter};
+use super::{AdminComment, Controller, Reporter};
 use crate::attribute::{self, ProcessIdentity};
 use crate::config::Action;
 use crate::preempt::registry::{DeadClaim, Entry, GpuRef, Registry};
@@ -46,6 +46,7 @@ pub struct Contender {
     settings: PreemptSettings,
     registry: Registry,
     entry: Entry,
+    runtime_dir: PathBuf,
     proc_root: PathBuf,
     /// Set once this watchdog preempted its own job: nothing more to decide.
     done: bool,
@@ -84,16 +85,20 @@ impl Contender {
             settings,
             registry,
             entry,
+            runtime_dir: runtime_dir.to_path_buf(),
             proc_root: PathBuf::from("/proc"),
             done: false,
         })
     }
 
     /// One interval: heartbeat, then decide for each of the job's GPUs. Returns true when this
-    /// watchdog preempted its own job.
+    /// watchdog preempted its own job. `record` is what the watchdog recorded of this run so far
+    /// (peaks included): a preemption records it with the event, so the restart's hints know that
+    /// the job stayed within its quota.
     pub fn tick(
         &mut self,
         samples: &[GpuSample],
+        record: Option<&record::Entry>,
         control: &mut dyn Controller,
         report: &mut dyn Reporter,
     ) -> bool {
@@ -137,7 +142,7 @@ impl Contender {
             };
             let why = format!("GPU {} contended ({contention}): {}", gpu.index, victim.why);
             if victim.job_id == self.job_id {
-                if self.preempt(&gpu.uuid, victim.action, &why, control, report, now) {
+                if self.preempt(&gpu.uuid, victim.action, &why, record, control, report, now) {
                     self.done = true;
                     return true;
                 }
@@ -162,11 +167,13 @@ impl Contender {
     }
 
     /// This watchdog's job is the victim: claim the GPU, record, requeue.
+    #[allow(clippy::too_many_arguments)]
     fn preempt(
         &mut self,
         uuid: &str,
         action: Action,
         why: &str,
+        record: Option<&record::Entry>,
         control: &mut dyn Controller,
         report: &mut dyn Reporter,
         now: u64,
@@ -182,7 +189,12 @@ impl Contender {
                 return false;
             }
         }
-        match record_and_act(control, &self.node, self.entry.quota, action, why) {
+        let run = RunRecord {
+            node: &self.node,
+            quota: self.entry.quota,
+            so_far: record.cloned(),
+        };
+        match record_and_act(control, run, action, why, report) {
             Ok(()) => {
                 report.warning(&format!("preempted: {why}; {}", super::action_name(action)));
                 true
@@ -229,7 +241,19 @@ impl Contender {
             tools,
         };
         let why = format!("{why} (acting for job {}, whose watchdog is gone)", victim.job_id);
-        match record_and_act(&mut control, &self.node, victim.quota, action, &why) {
+        // What the dead watchdog last recorded of the run (its record file outlives it).
+        let so_far = std::fs::read_to_string(
+            crate::runtime::job_dir(&self.runtime_dir, victim.job_id).join(crate::runtime::RECORD_FILE),
+        )
+        .ok()
+        .and_then(|text| record::parse(&text).ok().flatten())
+        .and_then(|r| r.entries().first().cloned());
+        let run = RunRecord {
+            node: &self.node,
+            quota: victim.quota,
+            so_far,
+        };
+        match record_and_act(&mut control, run, action, &why, report) {
             Ok(()) => report.warning(&format!("preempted job {}: {why}", victim.job_id)),
             Err(e) => {
                 let _ = self.registry.withdraw_claim(victim.job_id, self.job_id);
@@ -247,17 +271,32 @@ impl Contender {
     }
 }
 
+/// The run a preemption is recorded for.
+struct RunRecord<'a> {
+    node: &'a str,
+    quota: Option<u64>,
+    /// What its watchdog recorded so far (peaks), when known.
+    so_far: Option<record::Entry>,
+}
+
 /// Records the preemption in the job's AdminComment (first: it must survive the requeue and tells
-/// the next run `preempted`), then requeues (or holds) the job.
+/// the next run `preempted`, with the run's peaks), then requeues (or holds) the job. An
+/// AdminComment that cannot be read is left as it is: the preemption goes ahead unrecorded.
 fn record_and_act(
     control: &mut dyn Controller,
-    node: &str,
-    quota: Option<u64>,
+    run: RunRecord,
     action: Action,
     why: &str,
+    report: &mut dyn Reporter,
 ) -> Result<(), String> {
     let job = control.job()?;
-    let mut entry = record::Entry::new(node, job.restarts, ByteSize::from_bytes(quota.unwrap_or(0)));
+    let mut entry = run.so_far.filter(|e| e.run == job.restarts).unwrap_or_else(|| {
+        record::Entry::new(
+            run.node,
+            job.restarts,
+            ByteSize::from_bytes(run.quota.unwrap_or(0)),
+        )
+    });
     let at = unix_now();
     entry.count_event(EventKind::Preempted, at);
     entry.count_event(
@@ -269,11 +308,17 @@ fn record_and_act(
         at,
     );
     if action == Action::Requeue {
-        entry.facts.restarts += 1;
+        entry.facts.restarts = entry.facts.restarts.saturating_add(1);
     }
-    // Unreadable: the record is written afresh; a preemption never waits on the victim's history.
-    let comment = control.admin_comment()?;
-    super::shared_record::record_entry(control, comment.text(), &entry, job.node_count > 1)
-        .map_err(|e| format!("{e} (while recording: {why})"))?;
+    match control.admin_comment()? {
+        AdminComment::Read(existing) => {
+            super::shared_record::record_entry(control, &existing, &entry, job.node_count > 1)
+                .map_err(|e| format!("{e} (while recording: {why})"))?;
+        }
+        AdminComment::Unreadable(unreadable) => report.warning(&format!(
+            "the job's AdminComment cannot be read ({unreadable}): preempting without recording it, \
+             the AdminComment left as it is"
+        )),
+    }
     control.perform(action)
 }

@@ -181,7 +181,7 @@ pub fn run(params: Params) -> ExitCode {
     match &job {
         Ok(job) => {
             watchdog.set_run(job.restarts);
-            watchdog.record_while_running(job.node_count > 1);
+            watchdog.set_node_count(job.node_count);
         }
         Err(e) => log.error(&format!("cannot read the job from slurmctld: {e}")),
     }
@@ -270,7 +270,9 @@ pub fn run(params: Params) -> ExitCode {
                 break;
             }
             if let Some(contender) = contender.as_mut() {
-                if !watchdog.has_acted() && contender.tick(&recording.last, &mut control, &mut reporter) {
+                if !watchdog.has_acted()
+                    && contender.tick(&recording.last, watchdog.entry(), &mut control, &mut reporter)
+                {
                     watchdog.mark_preempted();
                 }
             }

@@ -61,23 +61,24 @@ pub enum AdminComment {
     /// Verbatim; empty when the job has none.
     Read(String),
     /// slurmctld answered, but the text cannot be told apart from user-written text imitating it
-    /// (see `slurmctl::parse_admin_comment`): the job's history is unknown, and the record is
-    /// written afresh. Never a reason not to enforce.
+    /// (see `slurmctl::parse_admin_comment`), or could not be written back whole: the job's history
+    /// is unknown. It is never written over (an admin's text and the job's history would go with
+    /// it), and never a reason not to enforce.
     Unreadable(String),
 }
 
 impl AdminComment {
-    /// The text to merge our record into: nothing when it could not be read.
-    pub fn text(&self) -> &str {
+    /// The text, when it could be read.
+    pub fn readable(&self) -> Option<&str> {
         match self {
-            AdminComment::Read(text) => text,
-            AdminComment::Unreadable(_) => "",
+            AdminComment::Read(text) => Some(text),
+            AdminComment::Unreadable(_) => None,
         }
     }
 
     /// The job's record in it, if one can be read.
     pub fn record(&self) -> Option<record::Record> {
-        record::parse(self.text()).ok().flatten()
+        record::parse(self.readable()?).ok().flatten()
     }
 }
 
@@ -140,9 +141,8 @@ pub struct Watchdog {
     signal_due: Option<i32>,
     /// The job's processes on its GPUs at the last sample.
     job_pids: Vec<u32>,
-    /// Put this node's entry into the AdminComment while the job runs (a multi-node job: only the
-    /// batch node writes a final record, see `shared_record`).
-    record_while_running: bool,
+    /// Other nodes write the same AdminComment (a multi-node job): read each write back.
+    record_shared: bool,
     /// When the entry was last put there, and with which peak.
     record_written: Option<(Instant, u64)>,
     /// A failure to put it there was logged (once per job).
@@ -179,7 +179,7 @@ impl Watchdog {
             predicted: None,
             signal_due: None,
             job_pids: Vec::new(),
-            record_while_running: false,
+            record_shared: false,
             record_written: None,
             record_failure_logged: false,
         }
@@ -285,6 +285,11 @@ impl Watchdog {
         if let Some(quota) = self.quota {
             self.entry = Some(record::Entry::new(&self.node, restarts, quota));
         }
+    }
+
+    /// What this watchdog recorded of the run so far (peaks, events); `None` without a quota.
+    pub fn entry(&self) -> Option<&record::Entry> {
+        self.entry.as_ref()
     }
 
     /// The job's processes on its GPUs, as attributed.
@@ -465,13 +470,17 @@ impl Watchdog {
         };
         let requeues_by_us = match &comment {
             AdminComment::Read(_) => comment.record().map_or(0, |r| {
-                r.totals().events.get(EventKind::Requeued) + r.totals().events.get(EventKind::Held)
+                let events = r.totals().events;
+                events
+                    .get(EventKind::Requeued)
+                    .saturating_add(events.get(EventKind::Held))
             }),
             // Unknown history must not buy the job more requeues: count every restart as ours.
             AdminComment::Unreadable(why) => {
                 report.warning(&format!(
                     "the job's AdminComment cannot be read ({why}): counting all {} restart(s) as \
-                     requeues for over-quota, and writing the record afresh",
+                     requeues for over-quota, and acting without writing the record (the \
+                     AdminComment is left as it is)",
                     job.restarts
                 ));
                 job.restarts
@@ -497,14 +506,17 @@ impl Watchdog {
             return;
         }
         // The record goes first: it must survive the requeue (and tells the next run what happened).
+        // Text that cannot be read is not written over; the action goes ahead unrecorded.
         if let Some(record) = &mut self.entry {
             let at = unix_now();
             record.count_event(EventKind::OverQuota, at);
             record.count_event(event_of(action), at);
             if action == Action::Requeue {
-                record.facts.restarts += 1;
+                record.facts.restarts = record.facts.restarts.saturating_add(1);
             }
-            match record_entry(control, comment.text(), record, job.node_count > 1) {
+        }
+        if let (Some(record), Some(existing)) = (&self.entry, comment.readable()) {
+            match record_entry(control, existing, record, job.node_count > 1) {
                 Ok(true) => {}
                 // Written, then replaced by other nodes' writes each time: act all the same (the
                 // writes worked; the next of ours carries the event again).

@@ -57,26 +57,28 @@ fn record_due(last: Option<(Instant, u64)>, now: Instant, peak: u64) -> bool {
 }
 
 impl Watchdog {
-    /// For a job on more than one node: keep this node's entry in the AdminComment while the job
-    /// runs. Only the batch node can write a final record (slurmctld refuses updates once the
-    /// job is completing, when the other nodes learn that it ended), so without this a multi-node
-    /// job's record would hold the other nodes' peaks only if their watchdogs acted.
-    pub fn record_while_running(&mut self, on: bool) {
-        self.record_while_running = on;
+    /// How many nodes the job runs on: with more than one, other nodes' watchdogs write the same
+    /// AdminComment, and every write is read back ([`record_entry`]).
+    pub fn set_node_count(&mut self, nodes: u32) {
+        self.record_shared = nodes > 1;
     }
 
-    /// Puts this node's entry into the AdminComment when its peak has grown by
-    /// [`RECORD_GROWTH_PERCENT`] since the last time, at most every [`RECORD_EVERY`] (a handful of
-    /// updates per node and job: peaks settle early). Other nodes merge into the same text at
-    /// about the same time, so the write is read back and repeated ([`record_entry`]), and tried
-    /// again at the next sample if it still lost. Never acts on the job; a failure is logged once.
+    /// Keeps this node's entry in the AdminComment while the job runs: when the job first uses GPU
+    /// memory, then when its peak has grown by [`RECORD_GROWTH_PERCENT`] since the last time, at
+    /// most every [`RECORD_EVERY`] (a handful of updates per node and job: peaks settle early).
+    /// The end of the run cannot be relied on for the record: slurmctld refuses updates once the
+    /// job is completing, which is already so when the batch script of a cancelled job ends, and
+    /// always so when the other nodes of a multi-node job learn that it ended. Other nodes merge
+    /// into the same text at about the same time, so their writes are read back and repeated
+    /// ([`record_entry`]), and tried again at the next sample if they still lost. Never acts on
+    /// the job; a failure is logged once.
     pub fn keep_record_current(
         &mut self,
         now: Instant,
         control: &mut dyn Controller,
         report: &mut dyn Reporter,
     ) {
-        if !self.record_while_running || self.acted.is_some() {
+        if self.acted.is_some() {
             return;
         }
         // Cloned only when due: this runs every sample.
@@ -86,8 +88,8 @@ impl Watchdog {
         };
         let peak = entry.peak();
         let written = match control.admin_comment() {
-            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry, true),
-            // Left alone: only enforcement writes over an AdminComment it cannot read.
+            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry, self.record_shared),
+            // Left alone: text that cannot be read is never written over.
             Ok(AdminComment::Unreadable(_)) => {
                 Err("the AdminComment cannot be read unambiguously".to_string())
             }
