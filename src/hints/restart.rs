@@ -150,12 +150,17 @@ pub struct RestartHints {
 pub fn restart_hints(inputs: &HintInputs) -> RestartHints {
     let limit = inputs.quota.min(inputs.gpu_total);
     let fixed = inputs.fixed_estimate.map_or(0, ByteSize::bytes);
-    let scale = batch_scale(
-        inputs.last_peak,
-        limit,
-        inputs.fixed_estimate,
-        inputs.safety_margin,
-    );
+    // A preempted job made room for another; if it stayed within its quota, it fits as it was.
+    let scale = if inputs.last_event == LastEvent::Preempted && inputs.last_peak <= limit {
+        Hundredths::ONE
+    } else {
+        batch_scale(
+            inputs.last_peak,
+            limit,
+            inputs.fixed_estimate,
+            inputs.safety_margin,
+        )
+    };
     let target = less_margin(limit.bytes(), inputs.safety_margin);
     let batch = inputs
         .batch
@@ -343,6 +348,20 @@ mod tests {
         // environment says.
         let hints = restart_hints(&inputs(94, Some(30), Some((8, 8))));
         assert!(hints.batch.unwrap().reason.contains("even micro-batch 1"));
+    }
+
+    #[test]
+    fn a_preempted_job_within_its_quota_restarts_at_full_batch() {
+        // Defect 2: 39G of a 40G quota is above the 5 % safety target, but preemption is no sign
+        // that the job is too big.
+        let mut i = inputs(39, None, Some((8, 8)));
+        i.last_event = LastEvent::Preempted;
+        let hints = restart_hints(&i);
+        assert_eq!(hints.batch_scale, Hundredths::ONE);
+        assert_eq!(hints.batch.map(|b| (b.micro, b.accum)), Some((8, 8)));
+        // Over its quota when preempted: it shrinks like any over-quota job.
+        i.last_peak = gb(52);
+        assert!(restart_hints(&i).batch_scale < Hundredths::ONE);
     }
 
     #[test]
