@@ -49,6 +49,7 @@ mod spank {
             .allowlist_function("spank_get_item")
             .allowlist_function("spank_getenv")
             .allowlist_function("spank_setenv")
+            .allowlist_function("spank_unsetenv")
             .allowlist_function("spank_strerror")
             .allowlist_function("slurm_info")
             .allowlist_function("slurm_error")

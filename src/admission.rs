@@ -2,7 +2,7 @@
 //! host and on the node, as plain functions of the request, the policy and who runs the job.
 //! The SPANK edge gathers the inputs, logs the words and writes the environment.
 
-use crate::config::{Config, OnConfigError, Unusable};
+use crate::config::{Config, OnConfigError, RuleKind, Unusable};
 use crate::quota::{self, Identity, QuotaFrom};
 use crate::request;
 use crate::size::ByteSize;
@@ -84,7 +84,34 @@ pub fn on_node(
             };
         }
     };
-    let effective = quota::resolve(config, who, request, gpu_total).map_err(|refusal| refusal.to_string())?;
+    let mut effective =
+        quota::resolve(config, who, request, gpu_total).map_err(|refusal| refusal.to_string())?;
+    // The node could not learn the account, partition or QOS (slurmctld did not answer): the
+    // smallest cap any rule that may apply sets is the cap, never "accept any request".
+    let identity_unknown = effective.unchecked.iter().any(|u| {
+        matches!(
+            u,
+            quota::Unchecked::Identity {
+                setting: quota::Setting::Max,
+                ..
+            }
+        )
+    });
+    if identity_unknown {
+        if let Some(strictest) = quota::strictest_cap(config, who, gpu_total) {
+            if let Some(asked) = request.filter(|&r| r > strictest.size) {
+                return Err(format!(
+                    "--gpu-mem-quota={asked} exceeds {}, the smallest cap that may apply (that of {}): \
+                     the job's account, partition or QOS could not be read from slurmctld",
+                    strictest.size, strictest.rule
+                ));
+            }
+            if effective.quota.is_some_and(|q| q > strictest.size) {
+                effective.quota = Some(strictest.size);
+            }
+            effective.cap = Some(strictest);
+        }
+    }
     let source = match &effective.quota_from {
         QuotaFrom::Request => "requested".to_string(),
         QuotaFrom::Default { rule, written } => format!("default {written} of {}", rule.table()),
@@ -110,6 +137,14 @@ pub fn on_node(
         note,
         alarm,
     })
+}
+
+/// Whether the policy has rules whose choice depends on the job's account, partition or QOS: then
+/// the node must know them (from slurmctld) to decide.
+pub fn depends_on_identity(config: &Config) -> bool {
+    [RuleKind::Account, RuleKind::Partition, RuleKind::Qos]
+        .into_iter()
+        .any(|kind| config.rules(kind).is_some_and(|rules| !rules.is_empty()))
 }
 
 fn broken(unusable: &Unusable) -> String {
@@ -217,6 +252,35 @@ mod tests {
         monitor.qos = Some("monitor".into());
         let verdict = on_node(None, &policy(), &monitor, Some(size("80G"))).unwrap();
         assert_eq!(verdict.quota, None);
+    }
+
+    #[test]
+    fn an_identity_the_node_cannot_read_gets_the_strictest_cap_not_any() {
+        // F3: the account unknown on the node (slurmctld did not answer in an srun step).
+        let unknown = Identity {
+            user: Some("alice".into()),
+            ..Identity::default()
+        };
+        let refusal = on_node(Some("1000G"), &policy(), &unknown, None).unwrap_err();
+        assert!(
+            refusal.starts_with("--gpu-mem-quota=1000G exceeds 40G, the smallest cap that may apply (that of account 'physics')"),
+            "{refusal}"
+        );
+        assert!(on_node(Some("64G"), &policy(), &unknown, None).is_err());
+        let verdict = on_node(Some("40G"), &policy(), &unknown, None).unwrap();
+        assert_eq!(verdict.quota, Some(size("40G")));
+        // A default above the strictest cap is lowered to it.
+        let verdict = on_node(None, &policy(), &unknown, Some(size("80G"))).unwrap();
+        assert_eq!(verdict.quota, Some(size("40G")));
+        // A user rule is more specific than any account: it is the cap, unknown account or not.
+        let gmq = Identity {
+            user: Some("gmq-user".into()),
+            ..Identity::default()
+        };
+        assert_eq!(
+            on_node(Some("31G"), &policy(), &gmq, None).unwrap_err(),
+            "--gpu-mem-quota=31G exceeds the 30G cap for user 'gmq-user'"
+        );
     }
 
     #[test]

@@ -287,6 +287,43 @@ fn default_quota(
     }
 }
 
+/// The smallest cap that may apply to a job of `who` whose unknown names could be any: the cap of
+/// the most specific known rule that sets `max`, and every `max` of the rules of unknown kinds
+/// more specific than it. What the node enforces when slurmctld cannot tell it the job's account,
+/// partition or QOS: an unknown identity never widens a cap. Percents unresolvable without the GPU
+/// size are left out.
+pub fn strictest_cap(config: &Config, who: &Identity, gpu_total: Option<ByteSize>) -> Option<Cap> {
+    let gpu_bytes = gpu_total.or(config.gpu_memory);
+    let mut candidates: Vec<Cap> = Vec::new();
+    let mut consider = |kind: RuleKind, name: &str, rule: &Rule| {
+        if let Some(written) = rule.max {
+            if let Some(size) = written.resolve(gpu_bytes) {
+                let rule = RuleRef {
+                    kind,
+                    name: name.to_string(),
+                };
+                candidates.push(Cap { size, rule, written });
+            }
+        }
+    };
+    for kind in RuleKind::PRECEDENCE {
+        match who.name(kind) {
+            Some(name) => {
+                if let Some(rule) = config.rule(kind, name).filter(|r| r.max.is_some()) {
+                    consider(kind, name, rule);
+                    break;
+                }
+            }
+            None => {
+                for (name, rule) in config.rules(kind).into_iter().flatten() {
+                    consider(kind, name, rule);
+                }
+            }
+        }
+    }
+    candidates.into_iter().min_by_key(|cap| cap.size)
+}
+
 /// The outcome of walking the precedence list for one setting.
 struct Picked<T> {
     /// The most specific known rule that sets it.

@@ -13,7 +13,7 @@ pub use framework::{framework_vars, memory_fraction, CapInputs, FrameworkSwitche
 pub use previous::previous_run;
 pub use restart::{
     batch_scale, hint_vars, restart_event, restart_hints, BatchAdvice, HintInputs, LastEvent, PreviousRun,
-    RestartHints,
+    RestartHints, HINT_VARS,
 };
 
 use std::fmt;

@@ -28,6 +28,18 @@ pub const GRAD_ACCUM: &str = "GPU_MEM_QUOTA_GRAD_ACCUM";
 /// `1` when not even a micro-batch of 1 is expected to fit without activation checkpointing.
 pub const ACTIVATION_CHECKPOINTING: &str = "GPU_MEM_QUOTA_ACTIVATION_CHECKPOINTING";
 
+/// Every variable [`hint_vars`] may write: those it did not write this time are removed from the
+/// job's environment (a forged value, or one inherited by a job submitted from a restarted job).
+pub const HINT_VARS: [&str; 7] = [
+    RESTARTS,
+    LAST_EVENT,
+    LAST_PEAK_BYTES,
+    BATCH_SCALE,
+    MICRO_BATCH,
+    GRAD_ACCUM,
+    ACTIVATION_CHECKPOINTING,
+];
+
 /// The smallest scale ever advised: a scale of zero would tell a loop to train on nothing.
 pub const MIN_BATCH_SCALE: Hundredths = Hundredths::new(1);
 

@@ -58,6 +58,10 @@ pub struct Spank {
     args: Vec<String>,
 }
 
+/// The longest environment value [`Spank::getenv`] reads: Linux's limit for one argument or
+/// variable (`MAX_ARG_STRLEN`, 128 KiB).
+pub const MAX_ENV_VALUE: usize = 128 * 1024;
+
 impl Spank {
     /// # Safety
     /// `raw`, `ac` and `av` must be what Slurm passed to the hook being run.
@@ -129,28 +133,60 @@ impl Spank {
         })
     }
 
-    /// Reads a variable of the job's environment.
+    /// Removes a variable from the job's environment; one that is not there is fine.
+    pub fn unsetenv(&self, name: &str) -> Result<(), SpankError> {
+        let name = c_string("spank_unsetenv", name)?;
+        // SAFETY: the string is valid for the call.
+        check("spank_unsetenv", unsafe {
+            sys::spank_unsetenv(self.raw, name.as_ptr())
+        })
+    }
+
+    /// Reads a variable of the job's environment, whatever its length (up to [`MAX_ENV_VALUE`]
+    /// bytes): a long value read as unset would be overwritten, or an identity taken as unknown.
     pub fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
         let name = c_string("spank_getenv", name)?;
-        let mut buf = vec![0u8; 4096];
-        // SAFETY: buf is writable for its length; Slurm NUL-terminates within it.
-        let code = unsafe {
-            sys::spank_getenv(
-                self.raw,
-                name.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len() as c_int,
-            )
-        };
-        if code == sys::slurm_err_t_ESPANK_ENV_NOEXIST {
-            return Ok(None);
+        let mut len = 4096;
+        loop {
+            let mut buf = vec![0u8; len];
+            // SAFETY: buf is writable for its length; Slurm NUL-terminates within it.
+            let code = unsafe {
+                sys::spank_getenv(
+                    self.raw,
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as c_int,
+                )
+            };
+            if code == sys::slurm_err_t_ESPANK_ENV_NOEXIST {
+                return Ok(None);
+            }
+            if code == sys::slurm_err_t_ESPANK_NOSPACE && len < MAX_ENV_VALUE {
+                len = (len * 8).min(MAX_ENV_VALUE);
+                continue;
+            }
+            check("spank_getenv", code)?;
+            let text = CStr::from_bytes_until_nul(&buf).map_err(|_| SpankError {
+                call: "spank_getenv",
+                code: sys::slurm_err_t_ESPANK_NOSPACE,
+            })?;
+            return Ok(Some(text.to_string_lossy().into_owned()));
         }
-        check("spank_getenv", code)?;
-        let text = CStr::from_bytes_until_nul(&buf).map_err(|_| SpankError {
-            call: "spank_getenv",
-            code: sys::slurm_err_t_ESPANK_NOSPACE,
+    }
+
+    /// How many times the job was requeued, as slurmstepd knows it from slurmctld (the job's own
+    /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps).
+    pub fn restart_count(&self) -> Result<u32, SpankError> {
+        let mut count: u32 = 0;
+        // SAFETY: S_SLURM_RESTART_COUNT takes one `uint32_t *`.
+        check("spank_get_item(S_SLURM_RESTART_COUNT)", unsafe {
+            sys::spank_get_item(
+                self.raw,
+                sys::spank_item::S_SLURM_RESTART_COUNT,
+                &mut count as *mut u32,
+            )
         })?;
-        Ok(Some(text.to_string_lossy().into_owned()))
+        Ok(count)
     }
 
     /// The job owner's uid (remote and local contexts).

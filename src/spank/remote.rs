@@ -46,6 +46,8 @@ struct StepPlan {
     watch: Option<Watch>,
     /// What the framework caps and restart hints need, when the policy is usable.
     tuning: Option<Tuning>,
+    /// The restart hints of a requeued job (decided once per step, from slurmctld's record).
+    restart_hints: Vec<(&'static str, String)>,
 }
 
 #[derive(Clone)]
@@ -130,14 +132,22 @@ pub fn task_init(spank: &Spank) -> Result<(), String> {
     }
     if let (Some(quota), Some(tuning)) = (verdict.quota, &plan.tuning) {
         vars.extend(framework_caps(spank, quota, tuning));
-        if spank.step_id().ok() == Some(BATCH_STEP) {
-            vars.extend(restart_hints(spank, &job, quota, tuning));
-        }
+        vars.extend(plan.restart_hints.iter().cloned());
     }
-    for (name, value) in vars {
+    for (name, value) in &vars {
         spank
-            .setenv(name, &value)
+            .setenv(name, value)
             .map_err(|e| format!("job {job}: cannot set {name}: {e}"))?;
+    }
+    // The variables that speak for us say only what we said: a forged value, or one inherited by
+    // a job submitted from inside another job, is removed.
+    if plan.tuning.is_some() {
+        let ours = job_env::QUOTA_VARS.iter().chain(hints::HINT_VARS.iter());
+        for name in ours.filter(|name| !vars.iter().any(|(set, _)| set == *name)) {
+            spank
+                .unsetenv(name)
+                .map_err(|e| format!("job {job}: cannot unset {name}: {e}"))?;
+        }
     }
     Ok(())
 }
@@ -162,20 +172,23 @@ fn framework_caps(spank: &Spank, quota: ByteSize, tuning: &Tuning) -> Vec<(&'sta
     })
 }
 
-/// On a restart (the batch step of a requeued job), what the record of the previous run says the
-/// job should change to fit. One controller round trip, on restarts only.
-fn restart_hints(spank: &Spank, job: &str, quota: ByteSize, tuning: &Tuning) -> Vec<(&'static str, String)> {
-    let restarts = spank
-        .getenv("SLURM_RESTART_COUNT")
-        .ok()
-        .flatten()
-        .and_then(|v| v.parse::<u32>().ok());
-    if restarts.unwrap_or(0) == 0 {
-        return Vec::new();
+/// On a restart (`restarts` from slurmstepd: the job was requeued), what the record of the previous
+/// run says the job should change to fit. One controller round trip per step, on restarts only.
+fn restart_hints(
+    spank: &Spank,
+    job_id: u32,
+    quota: ByteSize,
+    tuning: &Tuning,
+) -> Vec<(&'static str, String)> {
+    let job = job_id.to_string();
+    match spank.restart_count() {
+        Ok(0) => return Vec::new(),
+        Ok(_) => {}
+        Err(e) => {
+            log::error(&format!("job {job}: no restart hints: {e}"));
+            return Vec::new();
+        }
     }
-    let Ok(job_id) = spank.job_id() else {
-        return Vec::new();
-    };
     let mut tools = SlurmTools::find();
     if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
         tools = tools.with_slurm_conf(&conf);
@@ -319,8 +332,10 @@ fn plan(spank: &Spank) -> StepPlan {
         let args = plugin_args(spank)?;
         let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
         let policy = config::load_for_job(&args.config, args.on_config_error);
-        let who = identity(spank)?;
-        let gpus = job_gpus(spank);
+        let job_id = spank.job_id().map_err(|e| e.to_string())?;
+        let step = spank.step_id().map_err(|e| e.to_string())?;
+        let who = identity(spank, job_id, step, policy.as_ref().ok())?;
+        let gpus = job_gpus(spank, step);
         // The real GPU size, from the inventory the node's watchdogs keep (no NVML in slurmstepd).
         let gpu_total = policy.as_ref().ok().and_then(|config| {
             runtime::gpu_total(&config.enforcement.runtime_dir, gpus.as_deref().unwrap_or(&[]))
@@ -335,12 +350,16 @@ fn plan(spank: &Spank) -> StepPlan {
             frameworks: config.frameworks.clone(),
             hints: config.hints.clone(),
             gpu_total: gpu_total.map(ByteSize::from_bytes).or(config.gpu_memory),
-            visible_devices: gpus.as_ref().map_or(1, |g| g.len() as u32),
+            visible_devices: gpus.as_ref().map_or(1, |g| g.len().max(1) as u32),
         });
+        let restart_hints = match (verdict.quota, &tuning) {
+            (Some(quota), Some(tuning)) => restart_hints(spank, job_id, quota, tuning),
+            _ => Vec::new(),
+        };
         let watch = match (&policy, gpus) {
             (Ok(config), Some(gpus)) => Some(Watch {
                 params: Params {
-                    job_id: spank.job_id().map_err(|e| e.to_string())?,
+                    job_id,
                     uid: spank.job_uid().map_err(|e| e.to_string())?,
                     gid: spank.job_gid().map_err(|e| e.to_string())?,
                     quota: verdict.quota,
@@ -353,43 +372,89 @@ fn plan(spank: &Spank) -> StepPlan {
             }),
             _ => None,
         };
-        Ok((verdict, watch, tuning))
+        Ok((verdict, watch, tuning, restart_hints))
     })();
     match decided {
-        Ok((verdict, watch, tuning)) => StepPlan {
+        Ok((verdict, watch, tuning, restart_hints)) => StepPlan {
             verdict: Ok(verdict),
             watch,
             tuning,
+            restart_hints,
         },
         Err(refusal) => StepPlan {
             verdict: Err(refusal),
             watch: None,
             tuning: None,
+            restart_hints: Vec::new(),
         },
     }
 }
 
-/// The job's GPUs on this node, as slurmstepd set them in the job's environment; `None`: no GPUs.
-fn job_gpus(spank: &Spank) -> Option<Vec<String>> {
-    ["SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"]
+/// The job's GPUs on this node as Slurm set them in the step's environment; `None`: no GPUs here.
+/// `SLURM_JOB_GPUS` is read in the batch step only, where slurmd writes it from the job's
+/// allocation; in other steps it is whatever the user's srun carried, and slurmstepd sets
+/// `SLURM_STEP_GPUS` / `CUDA_VISIBLE_DEVICES` instead. A list that does not parse still starts the
+/// watchdog, with no list: it reads the allocation from slurmctld either way.
+fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
+    let names: &[&str] = if step == BATCH_STEP {
+        &["SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"]
+    } else {
+        &["SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES"]
+    };
+    let value = names
         .iter()
         .filter_map(|name| spank.getenv(name).ok().flatten())
-        .find(|value| !value.is_empty() && value != "NoDevFiles")
-        .and_then(|value| gpu::parse_gpu_list(&value).ok())
-        .filter(|list| !list.is_empty())
+        .find(|value| !value.is_empty() && value != "NoDevFiles")?;
+    Some(gpu::parse_gpu_list(&value).unwrap_or_default())
 }
 
-/// Who runs the job: the user from the job's uid; account, partition and QOS as slurmstepd set them.
-fn identity(spank: &Spank) -> Result<Identity, String> {
+/// Who runs the job. The user from the job's uid (slurmstepd's, from the job credential). Account,
+/// partition and QOS: in the batch step from the variables slurmd wrote from slurmctld's record; in
+/// any other step the environment was built by the user's own srun, so they are asked of slurmctld,
+/// when the policy has rules that depend on them (one squeue per step and node). When slurmctld
+/// cannot answer they stay unknown, and the node applies the strictest cap that may apply
+/// ([`admission::on_node`]).
+fn identity(
+    spank: &Spank,
+    job_id: u32,
+    step: u32,
+    config: Option<&config::Config>,
+) -> Result<Identity, String> {
     let uid = spank.job_uid().map_err(|e| e.to_string())?;
     let user = crate::passwd::user_name(uid).ok_or_else(|| format!("uid {uid} has no passwd entry"))?;
-    let env = |name| spank.getenv(name).ok().flatten().filter(|v| !v.is_empty());
-    Ok(Identity {
+    let mut who = Identity {
         user: Some(user),
-        account: env("SLURM_JOB_ACCOUNT"),
-        partition: env("SLURM_JOB_PARTITION"),
-        qos: env("SLURM_JOB_QOS"),
-    })
+        ..Identity::default()
+    };
+    if step == BATCH_STEP {
+        let env = |name| spank.getenv(name).ok().flatten().filter(|v| !v.is_empty());
+        who.account = env("SLURM_JOB_ACCOUNT");
+        who.partition = env("SLURM_JOB_PARTITION");
+        who.qos = env("SLURM_JOB_QOS");
+        return Ok(who);
+    }
+    if !config.is_some_and(admission::depends_on_identity) {
+        return Ok(who);
+    }
+    let mut tools = SlurmTools::find();
+    tools.timeout = std::time::Duration::from_secs(5);
+    tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
+    if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
+        tools = tools.with_slurm_conf(&conf);
+    }
+    match tools.job(job_id) {
+        Ok(job) => {
+            let known = |s: String| (!s.is_empty()).then_some(s);
+            who.account = known(job.account);
+            who.partition = known(job.partition);
+            who.qos = known(job.qos);
+        }
+        Err(e) => log::error(&format!(
+            "job {job_id}: cannot read the job's account, partition and QOS from slurmctld ({e}): \
+             the strictest cap that may apply is enforced"
+        )),
+    }
+    Ok(who)
 }
 
 fn job_label(spank: &Spank) -> String {

@@ -22,8 +22,10 @@ use crate::attribute;
 use crate::config;
 use crate::preempt::registry::GpuRef;
 use crate::preempt::JobPriority;
+use crate::quota::Identity;
 use crate::runtime;
-use crate::slurmctl::SlurmTools;
+use crate::size::ByteSize;
+use crate::slurmctl::{CtlError, JobRecord, SlurmTools};
 use crate::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -173,30 +175,16 @@ pub fn run(params: Params) -> ExitCode {
         tools,
     };
     let node = hostname();
-    let mut watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone())
-        .with_prediction(policy.prediction.clone());
     let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
     let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id);
     let job = control.job();
-    match &job {
-        Ok(job) => {
-            watchdog.set_run(job.restarts);
-            watchdog.set_node_count(job.node_count);
-        }
-        Err(e) => log.error(&format!("cannot read the job from slurmctld: {e}")),
+    if let Err(e) = &job {
+        log.error(&format!("cannot read the job from slurmctld: {e}"));
     }
-    log.info(&format!(
-        "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
-        params.gpus.join(","),
-        params
-            .quota
-            .map(|q| q.to_string())
-            .unwrap_or_else(|| "none (recording only)".into()),
-        settings.interval,
-        settings.warn_threshold * 100.0,
-        settings.grace,
-        super::action_name(settings.action),
-    ));
+    // The facts the plugin passed on came partly from the job's environment, which the user's own
+    // srun builds: the GPUs and the identity the quota was capped for are taken from slurmctld.
+    let allocation = control.tools.job_record(params.job_id);
+    let gpus = gpus_on_node(&allocation, &node, &params.gpus, &mut log);
 
     let mut reporter = LogReporter {
         log,
@@ -204,13 +192,35 @@ pub fn run(params: Params) -> ExitCode {
         last_status: None,
         last_written: None,
     };
-    let mut gpus = open_nvml(&settings, &params, &mut reporter);
+    let mut gpus_source = open_nvml(&settings, &gpus, &mut control, &mut reporter);
+    let quota = match (&allocation, &gpus_source) {
+        (Ok(record), Some(source)) => within_cap(&policy, params.quota, record, &user, source, &mut reporter),
+        _ => params.quota,
+    };
+    let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
+        .with_prediction(policy.prediction.clone());
+    if let Ok(job) = &job {
+        watchdog.set_run(job.restarts);
+        watchdog.set_node_count(job.node_count);
+    }
+    reporter.info(&format!(
+        "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
+        gpus.join(","),
+        quota
+            .map(|q| q.to_string())
+            .unwrap_or_else(|| "none (recording only)".into()),
+        settings.interval,
+        settings.warn_threshold * 100.0,
+        settings.grace,
+        super::action_name(settings.action),
+    ));
+    let gpus = &mut gpus_source;
     let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
-    let mut contender = match (&gpus, &job, me) {
+    let mut contender = match (&*gpus, &job, me) {
         (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
             let facts = JobFacts {
                 user: user.clone(),
-                quota: params.quota.map(|q| q.bytes()),
+                quota: quota.map(|q| q.bytes()),
                 priority: JobPriority {
                     qos: job.qos.clone(),
                     partition: job.partition.clone(),
@@ -389,21 +399,33 @@ fn signal_job(proc_root: &Path, job_id: u32, signal: i32, pids: &[u32], report: 
     report.info(&format!("sent signal {signal} to {sent} process(es) of the job"));
 }
 
-/// Loads NVML, retrying with backoff: a driver that is not there yet may come (or the job ends).
+/// Loads NVML, retrying with backoff: a driver that is not there yet may come. Gives up when the
+/// job is no longer running here (asked of slurmctld every 30 s while waiting): a watchdog must
+/// never outlive its job, even where no exit hook stops it.
 fn open_nvml(
     settings: &config::Enforcement,
-    params: &Params,
+    gpus: &[String],
+    control: &mut SlurmController,
     report: &mut LogReporter,
 ) -> Option<NvmlSource> {
     let mut attempt = 0;
+    let mut last_check = Instant::now();
     loop {
-        match NvmlSource::open(&settings.nvml_library, &params.gpus) {
-            Ok(source) => {
+        match NvmlSource::open(&settings.nvml_library, gpus) {
+            Ok(mut source) => {
                 if attempt > 0 {
                     report.info("NVML loaded");
                 }
+                let unknown = source.mark_listed(gpus);
+                if !unknown.is_empty() {
+                    report.warning(&format!(
+                        "the job's GPU(s) {} are not among NVML's {} device(s): ignored (every GPU \
+                         is sampled; the job's processes count wherever they are)",
+                        unknown.join(","),
+                        source.device_count()
+                    ));
+                }
                 write_inventory(&settings.runtime_dir, &source, report);
-                let _ = source.gpu_total();
                 return Some(source);
             }
             Err(e) => {
@@ -416,7 +438,101 @@ fn open_nvml(
                     return None;
                 }
                 attempt += 1;
+                if last_check.elapsed() >= Duration::from_secs(30) {
+                    last_check = Instant::now();
+                    match still_running(control, None) {
+                        Ok(false) => {
+                            report.info("the job is no longer running here: no NVML was needed after all");
+                            return None;
+                        }
+                        Ok(true) => {}
+                        Err(e) => report.warning(&format!("cannot check the job with slurmctld: {e}")),
+                    }
+                }
             }
+        }
+    }
+}
+
+/// The job's GPUs on this node: slurmctld's allocation where it can be read; the list the plugin
+/// passed on (from the job's environment) only where it cannot.
+fn gpus_on_node(
+    allocation: &Result<JobRecord, CtlError>,
+    node: &str,
+    from_plugin: &[String],
+    log: &mut Log,
+) -> Vec<String> {
+    let record = match allocation {
+        Ok(record) => record,
+        Err(e) => {
+            log.warning(&format!(
+                "cannot read the job's GPUs from slurmctld ({e}): watching those its environment names ({})",
+                from_plugin.join(",")
+            ));
+            return from_plugin.to_vec();
+        }
+    };
+    // A node whose Slurm name is not its host name: a one-node job's details are this node's.
+    let here = record
+        .gpus_on(node)
+        .or_else(|| match record.gpus_by_node.as_slice() {
+            [only] if record.nodes.len() == 1 => Some(only.as_slice()),
+            _ => None,
+        });
+    let Some(here) = here else {
+        log.warning(&format!(
+            "slurmctld's record of the job has no GPU details for node {node}: watching the GPUs \
+             its environment names ({})",
+            from_plugin.join(",")
+        ));
+        return from_plugin.to_vec();
+    };
+    let allocated: Vec<String> = here.iter().map(u32::to_string).collect();
+    let mut named = from_plugin.to_vec();
+    named.sort();
+    let mut sorted = allocated.clone();
+    sorted.sort();
+    let by_index = named.iter().all(|g| g.parse::<u32>().is_ok());
+    if by_index && named != sorted {
+        log.warning(&format!(
+            "the job's environment names GPU(s) {}, slurmctld allocated {}: watching {}",
+            from_plugin.join(","),
+            allocated.join(","),
+            allocated.join(",")
+        ));
+    }
+    allocated
+}
+
+/// The quota, lowered to the cap the policy sets for the job's account, partition and QOS as
+/// slurmctld knows them: the plugin checked it against what the step's environment said, which the
+/// user's own srun writes. The real GPU size resolves percent caps.
+fn within_cap(
+    policy: &config::Config,
+    quota: Option<ByteSize>,
+    record: &JobRecord,
+    user: &str,
+    source: &NvmlSource,
+    report: &mut LogReporter,
+) -> Option<ByteSize> {
+    let requested = quota?;
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let who = Identity {
+        user: Some(user.to_string()),
+        account: non_empty(&record.account),
+        partition: non_empty(&record.partition),
+        qos: non_empty(&record.qos),
+    };
+    let gpu_total = source.gpu_total().map(ByteSize::from_bytes);
+    match crate::quota::resolve(policy, &who, Some(requested), gpu_total) {
+        Ok(_) => Some(requested),
+        Err(refusal) => {
+            report.warning(&format!(
+                "the quota {requested} given to the job exceeds the {} cap for {} (slurmctld's \
+                 record of the job): enforcing {}",
+                refusal.cap.size, refusal.cap.rule, refusal.cap.size
+            ));
+            Some(refusal.cap.size)
         }
     }
 }

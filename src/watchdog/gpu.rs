@@ -97,9 +97,9 @@ fn describe(e: NvmlError) -> String {
 }
 
 impl NvmlSource {
-    /// Loads NVML from `library` and finds the node's GPUs, marking the job's (`gpus` as Slurm
-    /// lists them: indices match a device's minor number, the N of /dev/nvidiaN, else NVML's own
-    /// index; UUIDs match exactly). A GPU is named by its minor number where NVML knows it.
+    /// Loads NVML from `library` and finds the node's GPUs, marking the job's (`gpus`, see
+    /// [`NvmlSource::mark_listed`]). A GPU that is not on the node is no reason to fail: every GPU
+    /// is sampled, and the job's own processes are found wherever they are.
     pub fn open(library: &Path, gpus: &[String]) -> Result<NvmlSource, String> {
         let nvml = Nvml::builder()
             .lib_path(OsStr::new(library))
@@ -114,7 +114,7 @@ impl NvmlSource {
             let total = device.memory_info().map_err(describe)?.total;
             devices.push((nvml_index, minor, uuid, total));
         }
-        let mut found: Vec<NodeGpu> = devices
+        let found: Vec<NodeGpu> = devices
             .iter()
             .map(|&(nvml_index, minor, ref uuid, total)| NodeGpu {
                 index: minor.unwrap_or(nvml_index),
@@ -124,20 +124,35 @@ impl NvmlSource {
                 listed: false,
             })
             .collect();
+        let mut source = NvmlSource { nvml, gpus: found };
+        source.mark_listed(gpus);
+        Ok(source)
+    }
+
+    /// Marks the job's GPUs (as Slurm lists them: indices match a device's minor number, the N of
+    /// /dev/nvidiaN, else NVML's own index; UUIDs match exactly), unmarking the others. Returns
+    /// the names that match no GPU of the node.
+    pub fn mark_listed(&mut self, gpus: &[String]) -> Vec<String> {
+        for gpu in &mut self.gpus {
+            gpu.listed = false;
+        }
+        let mut unknown = Vec::new();
         for wanted in gpus {
-            let hit = found
+            let hit = self
+                .gpus
                 .iter_mut()
                 .find(|g| &g.uuid == wanted || wanted.parse() == Ok(g.index));
             match hit {
                 Some(gpu) => gpu.listed = true,
-                None => {
-                    return Err(format!(
-                        "the job's GPU {wanted} is not among NVML's {count} device(s)"
-                    ))
-                }
+                None => unknown.push(wanted.clone()),
             }
         }
-        Ok(NvmlSource { nvml, gpus: found })
+        unknown
+    }
+
+    /// How many GPUs NVML lists on the node.
+    pub fn device_count(&self) -> usize {
+        self.gpus.len()
     }
 
     fn sample_one(&self, gpu: &NodeGpu) -> Result<GpuSample, NvmlError> {
