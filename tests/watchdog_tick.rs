@@ -65,7 +65,7 @@ impl GpuSource for FakeGpus {
 struct ByPid;
 
 impl Attributor for ByPid {
-    fn is_ours(&mut self, pid: u32) -> Option<bool> {
+    fn is_ours(&mut self, pid: u32, _on_job_gpu: bool) -> Option<bool> {
         Some(pid == JOB_PID)
     }
 }
