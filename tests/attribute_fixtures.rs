@@ -58,12 +58,14 @@ fn check(tree_name: &str, cgroup_root: &Path, cases: &[(u32, Want, &str)]) {
             real_uid: real_uid(&root, *pid),
             claims: claims
                 .into_iter()
-                .map(|(job_id, step, level, evidence)| gpu_mem_quota::attribute::Claim {
-                    job_id,
-                    step,
-                    level,
-                    evidence,
-                })
+                .map(
+                    |(job_id, step, level, evidence)| gpu_mem_quota::attribute::Claim {
+                        job_id,
+                        step,
+                        level,
+                        evidence,
+                    },
+                )
                 .collect(),
         };
         let want = match want {
@@ -286,8 +288,14 @@ fn a_process_moved_into_another_job_of_the_user_in_one_hierarchy_counts_for_both
     let claims: Vec<(u32, Level)> = owner.claims().iter().map(|c| (c.job_id, c.level)).collect();
     assert_eq!(claims, [(7, Level::Slurm), (8, Level::User)]);
     for on_job_gpu in [true, false] {
-        assert_eq!(counts(&mut watchdog_of(7, 2001, &world), 500, on_job_gpu), Some(true));
-        assert_eq!(counts(&mut watchdog_of(8, 2001, &world), 500, on_job_gpu), Some(true));
+        assert_eq!(
+            counts(&mut watchdog_of(7, 2001, &world), 500, on_job_gpu),
+            Some(true)
+        );
+        assert_eq!(
+            counts(&mut watchdog_of(8, 2001, &world), 500, on_job_gpu),
+            Some(true)
+        );
     }
 }
 
@@ -301,8 +309,7 @@ fn a_process_moved_into_another_job_of_the_user_in_every_hierarchy_still_counts_
     // (`task_9`), told apart by the files' owner.
     for pid in [501, 502] {
         let owner = owner_of(&world.proc_root(), &world.cgroup_root(), pid);
-        let claims: Vec<(u32, Level)> =
-            owner.claims().iter().map(|c| (c.job_id, c.level)).collect();
+        let claims: Vec<(u32, Level)> = owner.claims().iter().map(|c| (c.job_id, c.level)).collect();
         assert_eq!(claims, [(8, Level::User)], "pid {pid}");
         // Job 8, whose directory it is in, counts it wherever it is.
         assert_eq!(counts(&mut watchdog_of(8, 2001, &world), pid, false), Some(true));
@@ -335,8 +342,16 @@ fn a_daemonized_process_on_linuxproc_counts_for_its_users_job_on_the_jobs_gpu() 
     let watchdog = |job_id, uid| ProcAttributor::new(job_id, uid, root.clone(), "/nonexistent".into());
     // 660: uid 2001, reparented to init, no cgroup: no claim at all.
     assert_eq!(counts(&mut watchdog(12, 2001), 660, true), Some(true));
-    assert_eq!(counts(&mut watchdog(12, 2001), 660, false), Some(false), "not on the job's GPU");
-    assert_eq!(counts(&mut watchdog(12, 2002), 660, true), Some(false), "another user's job");
+    assert_eq!(
+        counts(&mut watchdog(12, 2001), 660, false),
+        Some(false),
+        "not on the job's GPU"
+    );
+    assert_eq!(
+        counts(&mut watchdog(12, 2002), 660, true),
+        Some(false),
+        "another user's job"
+    );
     // 225: job 12's srun task (below its stepd): not job 123's, even with the same uid and GPU.
     assert_eq!(counts(&mut watchdog(123, 2001), 225, true), Some(false));
     assert_eq!(counts(&mut watchdog(12, 2001), 225, false), Some(true));

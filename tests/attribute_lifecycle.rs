@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gpu_mem_quota::attribute::{
-    identify, job_active_on_node, job_cgroup, owner_of, same_process, Claim, Evidence, JobCgroup,
-    Level, Owner, ProcessIdentity, Step,
+    identify, job_active_on_node, job_cgroup, owner_of, same_process, Claim, Evidence, JobCgroup, Level,
+    Owner, ProcessIdentity, Step,
 };
 
 /// A fresh directory per test, removed when dropped.
@@ -206,7 +206,10 @@ fn ancestry_is_bounded() {
         .collect();
     assert_eq!(jobs, [(14, Level::Slurm, Evidence::Ancestry)]);
     let beyond = owner_of(proc_root.path(), &no_cgroups, 765);
-    assert!(beyond.process().is_some() && beyond.claims().is_empty(), "{beyond:?}");
+    assert!(
+        beyond.process().is_some() && beyond.claims().is_empty(),
+        "{beyond:?}"
+    );
 }
 
 /// A v1 node's cgroup mount holding job 12 (see the v1-hybrid fixture), with the watchdog

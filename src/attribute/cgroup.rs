@@ -369,10 +369,19 @@ mod tests {
             ("0::/system.slice/slurmstepd.scope/job_12/step_0", Slurm),
             ("0::/system.slice/slurmstepd.scope/job_12/step_batch/slurm", Slurm),
             ("0::/system.slice/slurmstepd.scope/job_12/step_0/user", Slurm),
-            ("0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0", Slurm),
-            ("0::/system.slice/slurmstepd.scope/job_12/step_extern/user/task_special", Slurm),
+            (
+                "0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0",
+                Slurm,
+            ),
+            (
+                "0::/system.slice/slurmstepd.scope/job_12/step_extern/user/task_special",
+                Slurm,
+            ),
             // v2: below the task the user owns, or names Slurm does not use
-            ("0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0/x", User),
+            (
+                "0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0/x",
+                User,
+            ),
             ("0::/system.slice/slurmstepd.scope/job_12/step_0/task_0", User),
             ("0::/system.slice/slurmstepd.scope/job_12/step_0/slurm/x", User),
             ("0::/system.slice/slurmstepd.scope/job_12/step_0/other", User),

@@ -129,10 +129,7 @@ impl Owner {
 /// listed on a GPU that is (`on_job_gpu`) or is not one of the job's. Pure; the rule is in the
 /// module docs.
 pub fn counts_for_job(owner: &Owner, job_id: u32, job_uid: u32, on_job_gpu: bool) -> bool {
-    let Owner::Process {
-        real_uid, claims, ..
-    } = owner
-    else {
+    let Owner::Process { real_uid, claims, .. } = owner else {
         return false;
     };
     if claims.iter().any(|c| c.job_id == job_id) {
@@ -280,8 +277,16 @@ mod tests {
         let cases = [
             (process(UID, vec![claim(JOB, Slurm)]), false, true),
             (process(9999, vec![claim(JOB, User)]), false, true),
-            (process(UID, vec![claim(JOB, Slurm), claim(OTHER, User)]), true, true),
-            (process(UID, vec![claim(JOB, User), claim(OTHER, Slurm)]), false, true),
+            (
+                process(UID, vec![claim(JOB, Slurm), claim(OTHER, User)]),
+                true,
+                true,
+            ),
+            (
+                process(UID, vec![claim(JOB, User), claim(OTHER, Slurm)]),
+                false,
+                true,
+            ),
             // in no job: the job's user on the job's GPU only
             (process(UID, vec![]), true, true),
             (process(UID, vec![]), false, false),
@@ -292,7 +297,11 @@ mod tests {
             (process(2002, vec![claim(OTHER, User)]), true, false),
             // another job's for sure
             (process(UID, vec![claim(OTHER, Slurm)]), true, false),
-            (process(UID, vec![claim(OTHER, Slurm), claim(9, User)]), true, false),
+            (
+                process(UID, vec![claim(OTHER, Slurm), claim(9, User)]),
+                true,
+                false,
+            ),
             // Slurm's own
             (
                 Owner::Slurmstepd {

@@ -31,8 +31,7 @@ pub(crate) fn made_by_slurm(cgroup_root: &Path, controllers: &str, path: &str) -
     };
     let dir = mount.join(path.trim_start_matches('/'));
     ["cgroup.procs", "tasks"].iter().all(|file| {
-        fs::symlink_metadata(dir.join(file))
-            .is_ok_and(|m| only_owner_writes(m.uid(), m.mode(), owner))
+        fs::symlink_metadata(dir.join(file)).is_ok_and(|m| only_owner_writes(m.uid(), m.mode(), owner))
     })
 }
 

@@ -65,7 +65,10 @@ impl World {
     /// its files). Needs [`World::can_chown`].
     pub fn user_cgroup(&self, hierarchy: &str, path: &str, uid: u32) {
         self.slurm_cgroup(hierarchy, path);
-        let dir = self.cgroup_root().join(hierarchy).join(path.trim_start_matches('/'));
+        let dir = self
+            .cgroup_root()
+            .join(hierarchy)
+            .join(path.trim_start_matches('/'));
         for entry in [dir.clone(), dir.join("cgroup.procs"), dir.join("tasks")] {
             std::os::unix::fs::chown(&entry, Some(uid), Some(uid)).unwrap();
         }
@@ -126,4 +129,3 @@ pub fn needs_root(test: &str) -> bool {
     }
     root
 }
-
