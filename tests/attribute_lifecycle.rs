@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gpu_mem_quota::attribute::{
-    identify, job_active_on_node, job_cgroup, owner_of, same_process, Evidence, JobCgroup, Owner,
-    ProcessIdentity, Step,
+    identify, job_active_on_node, job_cgroup, owner_of, same_process, Claim, Evidence, JobCgroup, Level,
+    Owner, ProcessIdentity, Step,
 };
 
 /// A fresh directory per test, removed when dropped.
@@ -109,14 +109,24 @@ fn a_reused_pid_is_another_process() {
         }
     );
     assert!(same_process(proc_root.path(), &first));
-    let owner = owner_of(proc_root.path(), 4242);
+    // Slurm's step cgroup: root's files (here: the files of whoever runs the test, who also owns
+    // the hierarchy's root).
+    let cgroups = TempDir::new();
+    cgroups.write("freezer/cgroup.procs", "");
+    cgroups.write("freezer/slurm_vm/uid_2001/job_12/step_0/cgroup.procs", "4242\n");
+    cgroups.write("freezer/slurm_vm/uid_2001/job_12/step_0/tasks", "4242\n");
+    let owner = owner_of(proc_root.path(), cgroups.path(), 4242);
     assert_eq!(
         owner,
-        Owner::Job {
-            job_id: 12,
-            step: Some(Step::Numbered(0)),
+        Owner::Process {
             process: first,
-            evidence: Evidence::Cgroup
+            real_uid: 2001,
+            claims: vec![Claim {
+                job_id: 12,
+                step: Some(Step::Numbered(0)),
+                level: Level::Slurm,
+                evidence: Evidence::Cgroup
+            }],
         }
     );
 
@@ -130,13 +140,21 @@ fn a_reused_pid_is_another_process() {
             start_time: 7777
         })
     );
-    assert_eq!(owner_of(proc_root.path(), 4242), Owner::NotAJob);
+    let nobodys = owner_of(proc_root.path(), cgroups.path(), 4242);
+    assert_eq!(nobodys.claims(), &[]);
+    assert_eq!(
+        nobodys.process(),
+        Some(ProcessIdentity {
+            pid: 4242,
+            start_time: 7777
+        })
+    );
 
     // And exits too.
     fs::remove_dir_all(proc_root.path().join("4242")).unwrap();
     assert!(!same_process(proc_root.path(), &first));
     assert_eq!(identify(proc_root.path(), 4242), None);
-    assert_eq!(owner_of(proc_root.path(), 4242), Owner::Gone);
+    assert_eq!(owner_of(proc_root.path(), cgroups.path(), 4242), Owner::Gone);
 }
 
 #[test]
@@ -179,8 +197,19 @@ fn ancestry_is_bounded() {
         .write_to(&proc_root);
     }
     // 64 ancestors are looked at, no more.
-    assert_eq!(owner_of(proc_root.path(), 764).job_id(), Some(14));
-    assert_eq!(owner_of(proc_root.path(), 765), Owner::NotAJob);
+    let no_cgroups = proc_root.path().join("no-cgroups");
+    let owner = owner_of(proc_root.path(), &no_cgroups, 764);
+    let jobs: Vec<(u32, Level, Evidence)> = owner
+        .claims()
+        .iter()
+        .map(|c| (c.job_id, c.level, c.evidence))
+        .collect();
+    assert_eq!(jobs, [(14, Level::Slurm, Evidence::Ancestry)]);
+    let beyond = owner_of(proc_root.path(), &no_cgroups, 765);
+    assert!(
+        beyond.process().is_some() && beyond.claims().is_empty(),
+        "{beyond:?}"
+    );
 }
 
 /// A v1 node's cgroup mount holding job 12 (see the v1-hybrid fixture), with the watchdog
@@ -317,13 +346,11 @@ fn this_process_on_the_real_proc() {
     ));
     // Run inside a Slurm job (CI on a cluster), this process is that job's; anywhere else, nobody's.
     let job: Option<u32> = std::env::var("SLURM_JOB_ID").ok().and_then(|id| id.parse().ok());
-    match owner_of(proc_root, me) {
-        Owner::Job { job_id, process, .. } => {
-            assert_eq!(Some(job_id), job);
-            assert_eq!(process, identity);
-        }
-        other => assert_eq!((other, job), (Owner::NotAJob, None)),
-    }
+    let cgroup_root = Path::new("/sys/fs/cgroup");
+    let owner = owner_of(proc_root, cgroup_root, me);
+    assert_eq!(owner.process(), Some(identity));
+    let jobs: Vec<u32> = owner.claims().iter().map(|c| c.job_id).collect();
+    assert_eq!(jobs, job.into_iter().collect::<Vec<_>>(), "{owner:?}");
     // Pid 0 never has a /proc entry.
-    assert_eq!(owner_of(proc_root, 0), Owner::Gone);
+    assert_eq!(owner_of(proc_root, cgroup_root, 0), Owner::Gone);
 }

@@ -251,7 +251,7 @@ fn wait_for(mut check: impl FnMut() -> bool) -> bool {
 struct OnlyPid(u32);
 
 impl Attributor for OnlyPid {
-    fn is_ours(&mut self, pid: u32) -> Option<bool> {
+    fn is_ours(&mut self, pid: u32, _on_job_gpu: bool) -> Option<bool> {
         Some(pid == self.0)
     }
 }

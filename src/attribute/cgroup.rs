@@ -1,16 +1,30 @@
-//! Which Slurm job a process's cgroups put it in: pure parsing of `/proc/PID/cgroup`.
+//! Which Slurm jobs a process's cgroups name: pure parsing of `/proc/PID/cgroup`.
 //!
 //! Each line is `hierarchy-id:controllers:path`. cgroup v1 lines name their controllers
 //! (`7:freezer:/slurm_vm/uid_2001/job_12/step_0`); the v2 line is `0::/path`; hybrid hosts have both.
-//! Only root creates Slurm's cgroups, but a user may own a delegated v2 subtree (systemd's
-//! `user@UID.service`) and create any names there, so a path counts only when its *whole prefix* is
-//! the one Slurm uses:
+//! A user may own a delegated v2 subtree (systemd's `user@UID.service`) and create any names there,
+//! so a path names a job only when its *whole prefix* is the one Slurm uses:
 //! - v1 (cgroup/v1): `/slurm*/uid_<uid>/job_<id>[/step_<name>/...]`, the `slurm` directory (`slurm`,
 //!   or `slurm_<node>`) at the top of the hierarchy;
 //! - v2 (cgroup/v2): `/system.slice/slurmstepd.scope/job_<id>[/step_<name>/...]` (with several
 //!   slurmd per host the scope is `<node>_slurmstepd.scope`).
 //!
 //! Components must match exactly: `job_12` is job 12, `job_123` is not, `job_012` is nobody's.
+//!
+//! A line that names a job is a *claim*, and a claim is only as good as the hand that put the
+//! process there ([`Level`]). The path below `job_<id>` tells the first part:
+//! - **Slurm-made levels**: v1 `job_N`, `job_N/step_S`, `job_N/step_S/task_T`; v2 `job_N`,
+//!   `job_N/step_S`, `job_N/step_S/slurm` (slurmstepd), `job_N/step_S/user` and
+//!   `job_N/step_S/user/task_T` (`T` a number, or `special` for the extern step's processes);
+//! - **user-made levels**: anything deeper, or a component Slurm does not create.
+//!
+//! Why: on cgroup v1 Slurm 22.05 chowns the step (and task) directories to the job's user, so the
+//! user can `mkdir` below them and, v1 having no common-ancestor rule, move any of their processes
+//! (from another of their jobs, too) into the new cgroup. The shape alone cannot tell a user's
+//! `mkdir job_B/step_0/task_9` from Slurm's; on v1 the caller adds the kernel's fact (see
+//! `v1_owner.rs`): Slurm's own levels have root-owned `cgroup.procs`/`tasks`, a user's `mkdir`
+//! gives the user those files. On v2 the shape suffices: Slurm 22.05 chowns only `task_N`, and
+//! moving a process needs write access to the common ancestor's `cgroup.procs`, which is Slurm's.
 
 use super::step::{canonical_decimal, job_id, Step};
 
@@ -38,6 +52,21 @@ pub(crate) struct SlurmCgroup<'a> {
     /// The path of the job's own cgroup (up to and including `job_<id>`), relative to the
     /// hierarchy's root.
     pub(crate) job_path: &'a str,
+    /// What the path's shape says about who made the cgroup (on v1 the caller also checks the
+    /// files' owner: the shape of `task_9` can be copied).
+    pub(crate) shape: Level,
+}
+
+/// Who put a process in the cgroup that names its job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// A cgroup the job's user made (or may have made) below Slurm's: the user moved the process
+    /// there, possibly from another of their jobs. The job counts the process, but the claim does
+    /// not keep another job of the user from counting it too.
+    User,
+    /// A cgroup Slurm made, that only root moves processes into (or a root-owned slurmstepd's
+    /// descendant, on linuxproc): the process is this job's, and no other job's.
+    Slurm,
 }
 
 /// What a whole `/proc/PID/cgroup` says about the process.
@@ -49,7 +78,8 @@ pub(crate) enum Membership {
     /// but no step's (slurmstepd itself on v1, processes spawned from plugin hooks) or when the
     /// lines disagree about the step.
     Job { job_id: u32, step: Option<Step> },
-    /// Lines name different jobs. Slurm never does this; nothing is concluded.
+    /// Lines name different jobs. Slurm never does this, a user can on v1 (see [`Level`]); for the
+    /// watchdog's own pid (`job_cgroup`) nothing is concluded.
     Conflict,
 }
 
@@ -84,6 +114,11 @@ pub(crate) fn slurm_cgroup<'a>(line: &CgroupLine<'a>) -> Option<SlurmCgroup<'a>>
         .get(job_index + 1)
         .and_then(|c| c.strip_prefix("step_"))
         .and_then(Step::from_name);
+    let below_job = &components[job_index + 1..];
+    let shape = match line.hierarchy {
+        Hierarchy::V1(_) => v1_shape(below_job),
+        Hierarchy::V2 => v2_shape(below_job),
+    };
     // The text up to the end of `job_<id>`: a `/` before each component, then the component.
     let job_len = components[..=job_index]
         .iter()
@@ -93,7 +128,44 @@ pub(crate) fn slurm_cgroup<'a>(line: &CgroupLine<'a>) -> Option<SlurmCgroup<'a>>
         job_id,
         step,
         job_path: &line.path[..job_len],
+        shape,
     })
+}
+
+/// v1 levels Slurm creates below `job_<id>`: `step_<name>` and `step_<name>/task_<id>`.
+fn v1_shape(below_job: &[&str]) -> Level {
+    match below_job {
+        [] => Level::Slurm,
+        [step] if is_step(step) => Level::Slurm,
+        [step, task] if is_step(step) && is_task(task) => Level::Slurm,
+        _ => Level::User,
+    }
+}
+
+/// v2 levels Slurm creates below `job_<id>`: `step_<name>`, its `slurm` (slurmstepd) and `user`
+/// cgroups, and `user/task_<id>`.
+fn v2_shape(below_job: &[&str]) -> Level {
+    match below_job {
+        [] => Level::Slurm,
+        [step] if is_step(step) => Level::Slurm,
+        [step, "slurm" | "user"] if is_step(step) => Level::Slurm,
+        [step, "user", task] if is_step(step) && is_task(task) => Level::Slurm,
+        _ => Level::User,
+    }
+}
+
+fn is_step(component: &str) -> bool {
+    component
+        .strip_prefix("step_")
+        .and_then(Step::from_name)
+        .is_some()
+}
+
+/// `task_<n>` as Slurm writes `%u`, or `task_special` (the extern step's adopted processes).
+fn is_task(component: &str) -> bool {
+    component
+        .strip_prefix("task_")
+        .is_some_and(|t| t == "special" || canonical_decimal(t).is_some())
 }
 
 /// `/slurm*/uid_<uid>/job_<id>`: the job is the third component.
@@ -273,6 +345,51 @@ mod tests {
         for (text, want) in cases {
             let line = lines(text).next().unwrap();
             assert_eq!(slurm_cgroup(&line).unwrap().job_path, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn levels_by_shape() {
+        use Level::*;
+        let cases = [
+            // v1: job, step, task
+            ("6:freezer:/slurm_vm/uid_2001/job_12", Slurm),
+            ("6:freezer:/slurm_vm/uid_2001/job_12/step_0", Slurm),
+            ("6:freezer:/slurm_vm/uid_2001/job_12/step_batch", Slurm),
+            ("4:memory:/slurm/uid_2001/job_12/step_0/task_3", Slurm),
+            ("4:memory:/slurm/uid_2001/job_12/step_extern/task_special", Slurm),
+            // v1: what a user can mkdir below the step they own
+            ("6:freezer:/slurm_vm/uid_2001/job_12/step_0/x", User),
+            ("6:freezer:/slurm_vm/uid_2001/job_12/step_0/task_03", User),
+            ("6:freezer:/slurm_vm/uid_2001/job_12/step_0/task_0/x", User),
+            ("6:freezer:/slurm_vm/uid_2001/job_12/x", User),
+            ("6:freezer:/slurm_vm/uid_2001/job_12/step_0/user/task_0", User),
+            // v2: job, step, slurm, user, user/task
+            ("0::/system.slice/slurmstepd.scope/job_12", Slurm),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_0", Slurm),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_batch/slurm", Slurm),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_0/user", Slurm),
+            (
+                "0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0",
+                Slurm,
+            ),
+            (
+                "0::/system.slice/slurmstepd.scope/job_12/step_extern/user/task_special",
+                Slurm,
+            ),
+            // v2: below the task the user owns, or names Slurm does not use
+            (
+                "0::/system.slice/slurmstepd.scope/job_12/step_0/user/task_0/x",
+                User,
+            ),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_0/task_0", User),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_0/slurm/x", User),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_0/other", User),
+            ("0::/system.slice/slurmstepd.scope/job_12/step_/user", User),
+        ];
+        for (text, want) in cases {
+            let line = lines(text).next().unwrap();
+            assert_eq!(slurm_cgroup(&line).unwrap().shape, want, "{text}");
         }
     }
 }

@@ -58,7 +58,7 @@ pub fn job_cgroup(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Option<JobC
 
 /// The mount of a v1 hierarchy: named by its controller list (`cpu,cpuacct`), or by one of its
 /// controllers (distributions link `cpu` → `cpu,cpuacct`); `name=systemd` is mounted as `systemd`.
-fn v1_mount(cgroup_root: &Path, controllers: &str) -> Option<PathBuf> {
+pub(crate) fn v1_mount(cgroup_root: &Path, controllers: &str) -> Option<PathBuf> {
     let whole = controllers.trim_start_matches("name=");
     std::iter::once(whole)
         .chain(controllers.split(',').map(|c| c.trim_start_matches("name=")))

@@ -1,30 +1,51 @@
 //! Which job a process belongs to: the edge between NVML's host pids and Slurm jobs.
 //!
-//! NVML tells the watchdog which pids use GPU memory; the watchdog counts a pid toward its job only
-//! when Slurm itself put the process there, by evidence a user cannot forge:
-//! 1. **cgroups** (`proctrack/cgroup`, cgroup v1 or v2, hybrid hosts too): `/proc/PID/cgroup`
-//!    names Slurm's job cgroup (only root creates them and moves processes between them; the
-//!    exact paths accepted are in `cgroup.rs`);
+//! NVML tells the watchdog which pids use GPU memory; the watchdog counts a pid toward its job by
+//! evidence the user cannot forge, and never lets the user make a process count for nobody.
+//!
+//! **Claims.** [`owner_of`] gathers what names jobs for a process, each as a [`Claim`] with its
+//! [`Level`]:
+//! 1. **cgroups** (`proctrack/cgroup`, cgroup v1 or v2, hybrid hosts too): every line of
+//!    `/proc/PID/cgroup` under Slurm's job directory claims the process for that job (the exact
+//!    prefixes are in `cgroup.rs`). The claim is *Slurm-made* when the cgroup is a level Slurm
+//!    creates (`job_N`, `step_S`, `task_T`, v2's `slurm`/`user`) and, on v1, its `cgroup.procs` and
+//!    `tasks` are root's (`v1_owner.rs`: Slurm 22.05 chowns v1 step directories to the user, who
+//!    can then `mkdir` a child and move any of their processes into it); otherwise *user-made*;
 //! 2. else **ancestry** (`proctrack/linuxproc`): the nearest root-owned `slurmstepd` above the
-//!    process, whose title names its step (`slurmstepd: [12.0]`).
+//!    process, whose title names its step (`slurmstepd: [12.0]`); Slurm-made (a process cannot
+//!    choose its parent).
+//!
+//! **The rule** ([`counts_for_job`], pure): a process counts against job J
+//! - when any claim names J, at any level: a process whose lines name several jobs counts against
+//!   *each* of them (a user who moves a process into another of their jobs makes it count twice,
+//!   not for nobody);
+//! - else, when no Slurm-made claim names another job (the process is in no job: outside Slurm's
+//!   tree, or daemonized out of its step under linuxproc; or only user-made levels of other jobs
+//!   claim it) *and* its real uid (`Uid:` of `/proc/PID/status`, a kernel fact) is J's user *and*
+//!   the GPU it was listed on is one of J's GPUs;
+//! - never when a Slurm-made claim names only other jobs (two jobs of one user sharing a GPU do
+//!   not count each other's processes), and never for a root-owned slurmstepd ([`Owner::Slurmstepd`]).
 //!
 //! The job environment (`/proc/PID/environ`) is never used: a process can set `SLURM_JOB_ID` to
-//! anything. When the evidence is missing or contradicts itself the answer is [`Owner::NotAJob`]:
-//! not counted, never guessed. A slurmstepd is not a process of its job.
+//! anything.
 //!
-//! Pids are reused. [`Owner::Job`] carries the [`ProcessIdentity`] it was established for
-//! (re-checked after the reads), and [`same_process`] tells later whether that process still
-//! runs: attribute at sample time, re-check before acting.
+//! Pids are reused. Every [`Owner`] but [`Owner::Gone`] carries the [`ProcessIdentity`] it was
+//! established for (re-checked after the reads), and [`same_process`] tells later whether that
+//! process still runs: the watchdog re-reads the start time of every listed pid each sample (one
+//! `stat`), attributes a changed one afresh, and re-reads everything before acting.
 //!
 //! Every function takes its roots as parameters (`/proc`, `/sys/fs/cgroup` in production; fixture
 //! trees in tests), never fails on a process that vanished, and never panics.
 //!
 //! Cost (the watchdog samples every 100 ms .. seconds, up to 8 GPUs x 64 processes):
 //! - [`identify`], [`same_process`]: one read of `/proc/PID/stat`.
-//! - [`owner_of`] on a cgroup node: three reads (`stat`, `cgroup`, `stat` again); on a linuxproc
-//!   node add one `stat` per ancestor and `status` + `cmdline` of the slurmstepd (typically 5–8
-//!   reads). Every call reads afresh; nothing is cached, so nothing goes stale. Measured on a
-//!   2-vCPU VM: about 45 µs per pid (one `stat` read: 12 µs), so 512 pids cost ~25 ms.
+//! - [`owner_of`] on a cgroup node: four reads (`stat`, `cgroup`, `status`, `stat` again), plus on
+//!   v1 three `stat` calls per Slurm-made-looking line (typically 1–4 lines); on a linuxproc node
+//!   add one `stat` per ancestor and `status` + `cmdline` of the slurmstepd (typically 5–8 reads).
+//!   Every call reads afresh; nothing is cached, so nothing goes stale. Measured on a 2-vCPU VM:
+//!   about 45 µs per pid before the v1 ownership check (one `stat` read: 12 µs), so 512 pids cost
+//!   ~25 ms. The watchdog calls it once per new process (and per pid before acting), and a
+//!   start-time read per listed pid each sample.
 //! - [`job_cgroup`]: a few reads and `stat` calls; once at start.
 //! - [`job_active_on_node`]: a few directory listings; every few seconds is plenty.
 
@@ -35,32 +56,46 @@ mod job_cgroup;
 mod procfs;
 mod step;
 mod stepd;
+mod v1_owner;
 
 use std::path::Path;
 
+pub use cgroup::Level;
 pub use identity::{identify, same_process, ProcessIdentity};
 pub use job_cgroup::{job_active_on_node, job_cgroup, JobCgroup};
 pub use step::Step;
 
 use ancestry::{is_root_stepd, lineage, Lineage};
-use cgroup::{membership, Membership};
-use procfs::{read_cgroup, read_stat};
+use cgroup::{lines, slurm_cgroup, Hierarchy};
+use procfs::{read_cgroup, read_real_uid, read_stat};
 
-/// Who a process belongs to.
+/// Who a process belongs to: the facts the rule ([`counts_for_job`]) decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owner {
-    /// Slurm put `process` in this job (and step, where one is known).
-    Job {
-        job_id: u32,
-        step: Option<Step>,
+    /// A process that is not a slurmstepd.
+    Process {
         process: ProcessIdentity,
-        evidence: Evidence,
+        /// The real uid (`Uid:` in `/proc/PID/status`).
+        real_uid: u32,
+        /// The jobs that claim it, one claim per job, in job id order; empty when no job does
+        /// (outside Slurm, or a process that left its step under linuxproc).
+        claims: Vec<Claim>,
     },
-    /// Not provably a process of any job: outside Slurm, a slurmstepd, a process that left its step
-    /// (linuxproc), or evidence that contradicts itself.
-    NotAJob,
+    /// A root-owned slurmstepd: Slurm's, never a process of its job.
+    Slurmstepd { process: ProcessIdentity },
     /// No such process (it exited, or its pid was reused while it was being read).
     Gone,
+}
+
+/// One job's claim on a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub job_id: u32,
+    /// The step, where the job's lines agree on one.
+    pub step: Option<Step>,
+    /// The strongest level among the job's lines.
+    pub level: Level,
+    pub evidence: Evidence,
 }
 
 /// How a process was attributed (for logs: it tells which proctrack layout was seen).
@@ -73,17 +108,40 @@ pub enum Evidence {
 }
 
 impl Owner {
-    /// The job, when the process has one.
-    pub fn job_id(&self) -> Option<u32> {
+    /// The jobs that claim the process (none for a slurmstepd or a gone process).
+    pub fn claims(&self) -> &[Claim] {
         match self {
-            Owner::Job { job_id, .. } => Some(*job_id),
-            Owner::NotAJob | Owner::Gone => None,
+            Owner::Process { claims, .. } => claims,
+            Owner::Slurmstepd { .. } | Owner::Gone => &[],
+        }
+    }
+
+    /// The process it was established for; `None` when gone.
+    pub fn process(&self) -> Option<ProcessIdentity> {
+        match self {
+            Owner::Process { process, .. } | Owner::Slurmstepd { process } => Some(*process),
+            Owner::Gone => None,
         }
     }
 }
 
-/// Who the process with `pid` belongs to: cgroups first, then ancestry.
-pub fn owner_of(proc_root: &Path, pid: u32) -> Owner {
+/// Whether the process `owner` describes counts against the job `job_id` of user `job_uid`, as
+/// listed on a GPU that is (`on_job_gpu`) or is not one of the job's. Pure; the rule is in the
+/// module docs.
+pub fn counts_for_job(owner: &Owner, job_id: u32, job_uid: u32, on_job_gpu: bool) -> bool {
+    let Owner::Process { real_uid, claims, .. } = owner else {
+        return false;
+    };
+    if claims.iter().any(|c| c.job_id == job_id) {
+        return true;
+    }
+    let another_jobs_for_sure = claims.iter().any(|c| c.level == Level::Slurm);
+    !another_jobs_for_sure && *real_uid == job_uid && on_job_gpu
+}
+
+/// Who the process with `pid` belongs to: cgroups first, then ancestry. `cgroup_root` is where
+/// cgroups are mounted (`/sys/fs/cgroup`), for the v1 ownership check.
+pub fn owner_of(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Owner {
     let Some(process) = read_stat(proc_root, pid) else {
         return Owner::Gone;
     };
@@ -92,32 +150,214 @@ pub fn owner_of(proc_root: &Path, pid: u32) -> Owner {
         start_time: process.start_time,
     };
     if is_root_stepd(proc_root, &process) {
-        return Owner::NotAJob;
+        return if same_process(proc_root, &identity) {
+            Owner::Slurmstepd { process: identity }
+        } else {
+            Owner::Gone
+        };
     }
     let Some(cgroups) = read_cgroup(proc_root, pid) else {
         return Owner::Gone;
     };
-    let (job_id, step, evidence) = match membership(&cgroups) {
-        Membership::Job { job_id, step } => (job_id, step, Evidence::Cgroup),
-        Membership::Conflict => return Owner::NotAJob,
-        Membership::NoJob => match lineage(proc_root, &process) {
-            Lineage::Step { job_id, step } => (job_id, Some(step), Evidence::Ancestry),
-            Lineage::NoStep => return Owner::NotAJob,
-        },
+    let mut claims = cgroup_claims(&cgroups, cgroup_root);
+    if claims.is_empty() {
+        if let Lineage::Step { job_id, step } = lineage(proc_root, &process) {
+            claims.push(Claim {
+                job_id,
+                step: Some(step),
+                level: Level::Slurm,
+                evidence: Evidence::Ancestry,
+            });
+        }
+    }
+    let Some(real_uid) = read_real_uid(proc_root, pid) else {
+        return Owner::Gone;
     };
     // Everything above must have been read from one process: the pid was not reused meanwhile.
     if !same_process(proc_root, &identity) {
         return Owner::Gone;
     }
-    Owner::Job {
-        job_id,
-        step,
+    Owner::Process {
         process: identity,
-        evidence,
+        real_uid,
+        claims,
     }
 }
 
+/// The claims of a `/proc/PID/cgroup` text, the v1 lines checked against the files under
+/// `cgroup_root`.
+fn cgroup_claims(text: &str, cgroup_root: &Path) -> Vec<Claim> {
+    let named: Vec<(u32, Option<Step>, Level)> = lines(text)
+        .filter_map(|line| {
+            let cgroup = slurm_cgroup(&line)?;
+            let level = match (cgroup.shape, line.hierarchy) {
+                (Level::Slurm, Hierarchy::V1(controllers))
+                    if !v1_owner::made_by_slurm(cgroup_root, controllers, line.path) =>
+                {
+                    Level::User
+                }
+                (shape, _) => shape,
+            };
+            Some((cgroup.job_id, cgroup.step, level))
+        })
+        .collect();
+    combine_claims(&named)
+}
+
+/// One claim per job from the lines that name it: the strongest level, and the step where the
+/// lines agree (v1 controllers stop at different depths, so a line without a step does not
+/// contradict one with a step). Pure.
+fn combine_claims(named: &[(u32, Option<Step>, Level)]) -> Vec<Claim> {
+    let mut jobs: Vec<u32> = named.iter().map(|(job, ..)| *job).collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    jobs.into_iter()
+        .map(|job_id| {
+            let mine = || named.iter().filter(move |(job, ..)| *job == job_id);
+            let mut steps: Vec<&Step> = Vec::new();
+            for step in mine().filter_map(|(_, step, _)| step.as_ref()) {
+                if !steps.contains(&step) {
+                    steps.push(step);
+                }
+            }
+            let step = match steps.as_slice() {
+                [only] => Some((*only).clone()),
+                _ => None,
+            };
+            let level = mine().map(|(.., level)| *level).max().unwrap_or(Level::User);
+            Claim {
+                job_id,
+                step,
+                level,
+                evidence: Evidence::Cgroup,
+            }
+        })
+        .collect()
+}
+
 /// [`owner_of`] for each pid, in the same order (e.g. NVML's process list of one GPU).
-pub fn owners_of(proc_root: &Path, pids: &[u32]) -> Vec<Owner> {
-    pids.iter().map(|&pid| owner_of(proc_root, pid)).collect()
+pub fn owners_of(proc_root: &Path, cgroup_root: &Path, pids: &[u32]) -> Vec<Owner> {
+    pids.iter()
+        .map(|&pid| owner_of(proc_root, cgroup_root, pid))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JOB: u32 = 7;
+    const OTHER: u32 = 8;
+    const UID: u32 = 2001;
+
+    fn claim(job_id: u32, level: Level) -> Claim {
+        Claim {
+            job_id,
+            step: None,
+            level,
+            evidence: Evidence::Cgroup,
+        }
+    }
+
+    fn process(real_uid: u32, claims: Vec<Claim>) -> Owner {
+        Owner::Process {
+            process: ProcessIdentity {
+                pid: 500,
+                start_time: 1,
+            },
+            real_uid,
+            claims,
+        }
+    }
+
+    #[test]
+    fn the_rule() {
+        use Level::*;
+        // (owner, on the job's GPU, counts for JOB)
+        let cases = [
+            (process(UID, vec![claim(JOB, Slurm)]), false, true),
+            (process(9999, vec![claim(JOB, User)]), false, true),
+            (
+                process(UID, vec![claim(JOB, Slurm), claim(OTHER, User)]),
+                true,
+                true,
+            ),
+            (
+                process(UID, vec![claim(JOB, User), claim(OTHER, Slurm)]),
+                false,
+                true,
+            ),
+            // in no job: the job's user on the job's GPU only
+            (process(UID, vec![]), true, true),
+            (process(UID, vec![]), false, false),
+            (process(2002, vec![]), true, false),
+            // only a user-made level of another job: the same
+            (process(UID, vec![claim(OTHER, User)]), true, true),
+            (process(UID, vec![claim(OTHER, User)]), false, false),
+            (process(2002, vec![claim(OTHER, User)]), true, false),
+            // another job's for sure
+            (process(UID, vec![claim(OTHER, Slurm)]), true, false),
+            (
+                process(UID, vec![claim(OTHER, Slurm), claim(9, User)]),
+                true,
+                false,
+            ),
+            // Slurm's own
+            (
+                Owner::Slurmstepd {
+                    process: ProcessIdentity {
+                        pid: 200,
+                        start_time: 1,
+                    },
+                },
+                true,
+                false,
+            ),
+            (Owner::Gone, true, false),
+        ];
+        for (owner, on_job_gpu, want) in cases {
+            assert_eq!(
+                counts_for_job(&owner, JOB, UID, on_job_gpu),
+                want,
+                "{owner:?} on the job's GPU: {on_job_gpu}"
+            );
+        }
+        // a slurmstepd is never a job process, not even for a job of root
+        let stepd = Owner::Slurmstepd {
+            process: ProcessIdentity {
+                pid: 200,
+                start_time: 1,
+            },
+        };
+        assert!(!counts_for_job(&stepd, JOB, 0, true));
+    }
+
+    #[test]
+    fn one_claim_per_job() {
+        use Level::*;
+        use Step::*;
+        let named = [
+            (OTHER, Some(Numbered(0)), User),
+            (JOB, Some(Numbered(0)), Slurm),
+            (JOB, None, User),
+            (OTHER, Some(Numbered(1)), Slurm),
+            (JOB, Some(Numbered(0)), User),
+        ];
+        let want = vec![
+            Claim {
+                job_id: JOB,
+                step: Some(Numbered(0)),
+                level: Slurm,
+                evidence: Evidence::Cgroup,
+            },
+            Claim {
+                job_id: OTHER,
+                step: None,
+                level: Slurm,
+                evidence: Evidence::Cgroup,
+            },
+        ];
+        assert_eq!(combine_claims(&named), want);
+        assert!(combine_claims(&[]).is_empty());
+    }
 }

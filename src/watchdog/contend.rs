@@ -48,6 +48,7 @@ pub struct Contender {
     entry: Entry,
     runtime_dir: PathBuf,
     proc_root: PathBuf,
+    cgroup_root: PathBuf,
     /// Set once this watchdog preempted its own job: nothing more to decide.
     done: bool,
 }
@@ -87,6 +88,7 @@ impl Contender {
             entry,
             runtime_dir: runtime_dir.to_path_buf(),
             proc_root: PathBuf::from("/proc"),
+            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             done: false,
         })
     }
@@ -155,12 +157,17 @@ impl Contender {
         false
     }
 
-    /// Bytes each job's processes hold on this GPU (processes of no job count toward no one).
+    /// Bytes each job's processes hold on this GPU: a process counts toward every job that claims
+    /// it (a process a user moved between their jobs counts for each). Processes of no job count
+    /// toward no one here: the registry knows users by name, not uid (each job's own watchdog
+    /// counts them against its quota, see `attribute::counts_for_job`).
     fn usage_by_job(&self, gpu: &GpuSample) -> BTreeMap<u32, u64> {
         let mut used = BTreeMap::new();
         for p in &gpu.processes {
-            if let Some(job) = attribute::owner_of(&self.proc_root, p.pid).job_id() {
-                *used.entry(job).or_insert(0u64) += p.used.unwrap_or(0);
+            let owner = attribute::owner_of(&self.proc_root, &self.cgroup_root, p.pid);
+            for claim in owner.claims() {
+                let bytes = used.entry(claim.job_id).or_insert(0u64);
+                *bytes = bytes.saturating_add(p.used.unwrap_or(0));
             }
         }
         used

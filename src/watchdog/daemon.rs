@@ -151,6 +151,7 @@ pub fn run(params: Params) -> ExitCode {
     };
     install_signal_handlers();
     let proc_root = Path::new("/proc");
+    let cgroup_root = Path::new("/sys/fs/cgroup");
     let me = attribute::identify(proc_root, std::process::id());
     if let Err(e) = me
         .ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat"))
@@ -215,7 +216,12 @@ pub fn run(params: Params) -> ExitCode {
         super::action_name(settings.action),
     ));
     let gpus = &mut gpus_source;
-    let mut attributor = ProcAttributor::new(params.job_id, proc_root.to_path_buf());
+    let mut attributor = ProcAttributor::new(
+        params.job_id,
+        params.uid,
+        proc_root.to_path_buf(),
+        cgroup_root.to_path_buf(),
+    );
     let mut contender = match (&*gpus, &job, me) {
         (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
             let facts = JobFacts {
@@ -295,7 +301,8 @@ pub fn run(params: Params) -> ExitCode {
                 last_record = Some(text);
             }
             if let Some((signal, pids)) = watchdog.take_signal() {
-                signal_job(proc_root, params.job_id, signal, &pids, &mut reporter);
+                let job = (params.job_id, params.uid);
+                signal_job(proc_root, cgroup_root, job, signal, &pids, &mut reporter);
             }
             let check_every = if watchdog.has_acted() {
                 settings.interval
@@ -385,12 +392,23 @@ impl Metrics {
     }
 }
 
-/// Sends the early-warning signal to the job's processes, each re-checked to still be the job's.
-fn signal_job(proc_root: &Path, job_id: u32, signal: i32, pids: &[u32], report: &mut LogReporter) {
+/// Sends the early-warning signal to the job's processes (`job`: id and uid), each re-checked to
+/// still count for the job. The pids come from the last sample, where each was listed on one of
+/// the job's GPUs (or claimed by the job): the re-check keeps that, and re-reads the rest (a
+/// reused pid, a process now only another job's, a slurmstepd).
+fn signal_job(
+    proc_root: &Path,
+    cgroup_root: &Path,
+    (job_id, uid): (u32, u32),
+    signal: i32,
+    pids: &[u32],
+    report: &mut LogReporter,
+) {
     let mut sent = 0;
     for &pid in pids {
-        if attribute::owner_of(proc_root, pid).job_id() == Some(job_id) {
-            // SAFETY: kill on a pid just verified to belong to this job.
+        let owner = attribute::owner_of(proc_root, cgroup_root, pid);
+        if attribute::counts_for_job(&owner, job_id, uid, true) {
+            // SAFETY: kill on a pid just verified to count for this job.
             if unsafe { libc::kill(pid as libc::pid_t, signal) } == 0 {
                 sent += 1;
             }

@@ -35,7 +35,10 @@ use shared_record::{record_entry, RECORD_ATTEMPTS};
 
 /// Which processes are the job's. `None`: the process is gone.
 pub trait Attributor {
-    fn is_ours(&mut self, pid: u32) -> Option<bool>;
+    /// Whether `pid`, listed by NVML on a GPU that is (`on_job_gpu`: the sample's `listed`) or is
+    /// not one of the job's GPUs, counts against the job. A process in no job (or only in cgroups
+    /// its user made) counts for the job of its user on the job's own GPUs only.
+    fn is_ours(&mut self, pid: u32, on_job_gpu: bool) -> Option<bool>;
     /// A new sample begins. `strict`: look at every process afresh (before acting), instead of
     /// trusting what the previous sample established for a process that is still listed.
     fn new_sample(&mut self, _strict: bool) {}
@@ -296,8 +299,9 @@ impl Watchdog {
     fn job_pids(samples: &[GpuSample], attributor: &mut dyn Attributor) -> Vec<u32> {
         let mut pids: Vec<u32> = samples
             .iter()
-            .flat_map(|gpu| gpu.processes.iter().map(|p| p.pid))
-            .filter(|&pid| attributor.is_ours(pid) == Some(true))
+            .flat_map(|gpu| gpu.processes.iter().map(move |p| (p.pid, gpu.listed)))
+            .filter(|&(pid, listed)| attributor.is_ours(pid, listed) == Some(true))
+            .map(|(pid, _)| pid)
             .collect();
         pids.sort_unstable();
         pids.dedup();
@@ -316,7 +320,7 @@ impl Watchdog {
                 let mut used = 0u64;
                 let mut unavailable = 0;
                 for p in &gpu.processes {
-                    if attributor.is_ours(p.pid) == Some(true) {
+                    if attributor.is_ours(p.pid, gpu.listed) == Some(true) {
                         match p.used {
                             Some(bytes) => used = used.saturating_add(bytes),
                             None => unavailable += 1,
