@@ -325,12 +325,25 @@ mod tests {
     use super::*;
 
     const G: u64 = 1 << 30;
+    const QUOTA: u64 = 40 * G;
+
+    fn settings(grace: Duration, grace_over_share: f64) -> Enforcement {
+        Enforcement {
+            grace,
+            grace_over_share,
+            ..Enforcement::default()
+        }
+    }
+
+    fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s)
+    }
 
     #[test]
     fn the_ladder_warns_once_then_acts_after_grace() {
         let t0 = Instant::now();
         let s = |secs: u64| t0 + Duration::from_secs(secs);
-        let grace = Duration::from_secs(10);
+        let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
         let table: &[(u64, u64, Step)] = &[
             (0, 30 * G, Step::Nothing),
@@ -344,39 +357,256 @@ mod tests {
         ];
         for &(at, used, expected) in table {
             assert_eq!(
-                ladder.observe(used, 40 * G, s(at), 0.9, grace),
+                ladder.observe(used, QUOTA, s(at), &settings),
                 expected,
                 "t={at}s used={used}"
             );
         }
     }
 
+    /// Feeds `(seconds after t0, bytes)` samples; the steps the ladder answered.
+    fn feed(ladder: &mut Ladder, t0: Instant, settings: &Enforcement, samples: &[(f64, u64)]) -> Vec<Step> {
+        samples
+            .iter()
+            .map(|&(at, used)| ladder.observe(used, QUOTA, t0 + secs(at), settings))
+            .collect()
+    }
+
     #[test]
     fn a_short_spike_is_forgiven() {
         let t0 = Instant::now();
-        let grace = Duration::from_secs(10);
+        let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
-        assert_eq!(ladder.observe(50 * G, 40 * G, t0, 0.9, grace), Step::Warn);
-        assert!(ladder.is_over());
-        assert_eq!(
-            ladder.observe(20 * G, 40 * G, t0 + Duration::from_secs(5), 0.9, grace),
-            Step::Recovered
-        );
+        let steps = feed(&mut ladder, t0, &settings, &[(0.0, 50 * G), (5.0, 50 * G), (9.0, 20 * G)]);
+        assert_eq!(steps[2], Step::Recovered);
         assert!(!ladder.is_over());
-        // The grace period starts again.
-        let t = t0 + Duration::from_secs(12);
-        assert_eq!(ladder.observe(50 * G, 40 * G, t, 0.9, grace), Step::Warn);
+        // However long it stays under: the sample that would act has to be over the quota.
+        for at in 10..40 {
+            assert_eq!(
+                ladder.observe(20 * G, QUOTA, t0 + Duration::from_secs(at), &settings),
+                Step::Nothing
+            );
+        }
+    }
+
+    #[test]
+    fn one_sample_under_the_quota_restarts_nothing() {
+        // F7: 50G for ten seconds but for one sample at 30G; before, that sample gave the job a new
+        // grace period.
+        let t0 = Instant::now();
+        let settings = settings(Duration::from_secs(10), 0.5);
+        let mut ladder = Ladder::default();
+        let samples: Vec<(f64, u64)> = (0..=10)
+            .map(|s| (s as f64, if s == 5 { 30 * G } else { 50 * G }))
+            .collect();
+        let steps = feed(&mut ladder, t0, &settings, &samples);
+        assert_eq!(steps[5], Step::Recovered);
+        assert_eq!(steps[6], Step::Warn);
         assert_eq!(
-            ladder.observe(50 * G, 40 * G, t + Duration::from_secs(9), 0.9, grace),
-            Step::Over { deadline: t + grace }
+            steps[7],
+            Step::Over {
+                deadline: t0 + Duration::from_secs(10)
+            }
+        );
+        assert_eq!(steps[10], Step::Act); // 9 s of the last 10 over
+    }
+
+    #[test]
+    fn an_episode_ends_only_after_a_full_grace_under() {
+        let settings = settings(Duration::from_secs(10), 0.5);
+        // Over for 0..=9 s, under from 10 s, over again at `back`: the deadline tells whether the
+        // episode of 0 s still runs (deadline 10 s) or a new one began at `back`.
+        let deadline_after_return = |back: u64| {
+            let t0 = Instant::now();
+            let mut ladder = Ladder::default();
+            for s in 0..back {
+                // 35G: under the quota, still warned (above the recover level), so no new warning.
+                let used = if s < 10 { 50 * G } else { 35 * G };
+                ladder.observe(used, QUOTA, t0 + Duration::from_secs(s), &settings);
+            }
+            match ladder.observe(50 * G, QUOTA, t0 + Duration::from_secs(back), &settings) {
+                Step::Over { deadline } => Some(deadline - t0),
+                _ => None,
+            }
+        };
+        // Under for 9 s (from the sample at 10 s to the one at 19 s): the same episode.
+        assert_eq!(deadline_after_return(19), Some(Duration::from_secs(10)));
+        // Under for a full 10 s (10 s to 20 s): a new episode, a new grace period.
+        assert_eq!(deadline_after_return(20), Some(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn an_episode_also_ends_across_a_gap_in_sampling() {
+        // Last seen under at 10 s, next sample (over) at 30 s: a new episode, not one that is old
+        // enough to act on at once.
+        let t0 = Instant::now();
+        let settings = settings(Duration::from_secs(10), 0.5);
+        let mut ladder = Ladder::default();
+        let steps = feed(&mut ladder, t0, &settings, &[(0.0, 50 * G), (10.0, 20 * G), (30.0, 50 * G)]);
+        assert_eq!(steps[2], Step::Warn);
+        assert_eq!(
+            ladder.observe(50 * G, QUOTA, t0 + secs(31.0), &settings),
+            Step::Over {
+                deadline: t0 + secs(40.0)
+            }
+        );
+    }
+
+    /// Samples every `interval` (jittered by up to ±10 % when `jitter`) for `span` of a job that
+    /// is over its quota (50G of 40G) for `over` of every `period` and at 30G otherwise, its cycle
+    /// starting `phase` before the first sample. When the ladder first acts, if it does.
+    fn first_act(
+        over: f64,
+        period: f64,
+        phase: f64,
+        interval: f64,
+        jitter: bool,
+        settings: &Enforcement,
+        span: f64,
+    ) -> Option<f64> {
+        let t0 = Instant::now();
+        let mut ladder = Ladder::default();
+        let mut at = 0.0;
+        let mut i: u64 = 0;
+        while at < span {
+            let used = if (at + phase) % period < over { 50 * G } else { 30 * G };
+            if ladder.observe(used, QUOTA, t0 + secs(at), settings) == Step::Act {
+                return Some(at);
+            }
+            // A fixed spread of -10 % to +10 %, different from sample to sample.
+            let spread = if jitter { (i * 7919 % 21) as f64 / 100.0 - 0.1 } else { 0.0 };
+            at += interval * (1.0 + spread);
+            i += 1;
+        }
+        None
+    }
+
+    #[test]
+    fn duty_cycled_overuse_is_acted_on() {
+        // (over, period, interval, grace): the review's 1.4 s of 2 s at 500 ms / 2 s grace, the
+        // shipped defaults (2 s interval, 10 s grace) with 8 s of 10 s over, and 70 % over.
+        let cases = [
+            (1.4, 2.0, 0.5, 2.0),
+            (8.0, 10.0, 2.0, 10.0),
+            (7.0, 10.0, 1.0, 10.0),
+            (1.6, 2.0, 0.5, 2.0),
+        ];
+        for (over, period, interval, grace) in cases {
+            let settings = settings(secs(grace), 0.5);
+            for k in 0..7 {
+                let phase = period * k as f64 / 7.0;
+                for jitter in [false, true] {
+                    let acted = first_act(over, period, phase, interval, jitter, &settings, 120.0);
+                    assert!(
+                        acted.is_some_and(|at| at <= 2.0 * grace + period),
+                        "{over}s of {period}s over, interval {interval}s, grace {grace}s, phase {phase:.2}s, \
+                         jitter {jitter}: acted at {acted:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rare_spikes_are_never_acted_on() {
+        // 10 % of the time over the quota, for an hour of samples.
+        let cases = [(1.0, 10.0, 0.5, 10.0), (0.2, 2.0, 0.1, 2.0), (1.0, 10.0, 2.0, 10.0)];
+        for (over, period, interval, grace) in cases {
+            let settings = settings(secs(grace), 0.5);
+            for k in 0..7 {
+                let phase = period * k as f64 / 7.0;
+                for jitter in [false, true] {
+                    assert_eq!(
+                        first_act(over, period, phase, interval, jitter, &settings, 3600.0),
+                        None,
+                        "{over}s of {period}s, interval {interval}s, phase {phase:.2}s, jitter {jitter}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_share_decides_how_much_of_the_window_must_be_over() {
+        // 70 % over: acted on at shares up to 0.7, never above.
+        for (share, acts) in [(0.5, true), (0.7, true), (0.75, false), (1.0, false)] {
+            let settings = settings(Duration::from_secs(10), share);
+            let acted = first_act(7.0, 10.0, 0.0, 1.0, false, &settings, 600.0);
+            assert_eq!(acted.is_some(), acts, "share {share}: {acted:?}");
+        }
+        // Share 1: a dip keeps the job from being acted on only until the dip leaves the window.
+        let t0 = Instant::now();
+        let settings = settings(Duration::from_secs(10), 1.0);
+        let mut ladder = Ladder::default();
+        let samples: Vec<(f64, u64)> = (0..=16)
+            .map(|s| (s as f64, if s == 5 { 30 * G } else { 50 * G }))
+            .collect();
+        let steps = feed(&mut ladder, t0, &settings, &samples);
+        assert!(!steps[..16].contains(&Step::Act), "{steps:?}");
+        assert_eq!(steps[16], Step::Act); // the window [6 s, 16 s) is all over
+    }
+
+    #[test]
+    fn an_unconfirmed_act_keeps_the_episode_and_a_failed_one_waits_a_grace() {
+        let t0 = Instant::now();
+        let settings = settings(Duration::from_secs(10), 0.5);
+        let mut ladder = Ladder::default();
+        let samples: Vec<(f64, u64)> = (0..=10).map(|s| (s as f64, 50 * G)).collect();
+        assert_eq!(feed(&mut ladder, t0, &settings, &samples)[10], Step::Act);
+        // The fresh sample was under the quota: the next sample over acts, no new grace period.
+        ladder.unconfirmed();
+        assert_eq!(ladder.observe(50 * G, QUOTA, t0 + secs(11.0), &settings), Step::Act);
+        // slurmctld did not answer: the next attempt a grace period later, without a new warning.
+        ladder.retry_later();
+        assert_eq!(
+            ladder.observe(50 * G, QUOTA, t0 + secs(12.0), &settings),
+            Step::Over {
+                deadline: t0 + secs(22.0)
+            }
+        );
+        assert!(ladder.is_warned());
+    }
+
+    #[test]
+    fn recovery_needs_usage_below_the_recover_level() {
+        // Warn at 36G (0.9 of 40G), recovered only below 32.4G (0.9 of that).
+        let t0 = Instant::now();
+        let settings = settings(Duration::from_secs(10), 0.5);
+        let mut ladder = Ladder::default();
+        let used = [36 * G, 35 * G, 33 * G, 37 * G, 32 * G + G / 2, 32 * G, 33 * G, 36 * G];
+        let samples: Vec<(f64, u64)> = used.iter().enumerate().map(|(i, &u)| (i as f64, u)).collect();
+        use Step::{Nothing, Recovered, Warn};
+        assert_eq!(
+            feed(&mut ladder, t0, &settings, &samples),
+            [Warn, Nothing, Nothing, Nothing, Nothing, Recovered, Nothing, Warn]
+        );
+    }
+
+    #[test]
+    fn crossing_lines_are_logged_first_then_once_per_five_minutes_with_a_count() {
+        let t0 = Instant::now();
+        let mut lines = CrossingLines::default();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(lines.admit(Crossing::Warn, at(0)), Some(0));
+        assert_eq!(lines.admit(Crossing::Recovered, at(1)), Some(0)); // its own first line
+        assert_eq!(lines.admit(Crossing::Warn, at(2)), None);
+        assert_eq!(lines.admit(Crossing::Warn, at(299)), None);
+        assert_eq!(lines.admit(Crossing::Warn, at(300)), Some(2));
+        assert_eq!(lines.admit(Crossing::Warn, at(301)), None);
+        assert_eq!(lines.admit(Crossing::Recovered, at(302)), Some(0));
+        assert_eq!(not_logged_note(0), "");
+        assert_eq!(
+            not_logged_note(2),
+            " (2 more time(s) since the last such line, not logged: at most one per 5 min)"
         );
     }
 
     #[test]
     fn zero_grace_acts_on_the_first_sample_over() {
         let mut ladder = Ladder::default();
+        let settings = settings(Duration::ZERO, 0.5);
         assert_eq!(
-            ladder.observe(41 * G, 40 * G, Instant::now(), 0.9, Duration::ZERO),
+            ladder.observe(41 * G, QUOTA, Instant::now(), &settings),
             Step::Act
         );
     }
@@ -384,8 +614,9 @@ mod tests {
     #[test]
     fn exactly_the_quota_is_not_over() {
         let mut ladder = Ladder::default();
+        let settings = settings(Duration::ZERO, 0.5);
         assert_eq!(
-            ladder.observe(40 * G, 40 * G, Instant::now(), 0.9, Duration::ZERO),
+            ladder.observe(40 * G, QUOTA, Instant::now(), &settings),
             Step::Warn
         );
         assert!(!ladder.is_over());
