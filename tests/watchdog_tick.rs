@@ -423,7 +423,8 @@ fn flapping_around_the_warn_threshold_logs_a_bounded_number_of_lines() {
             35 * G
         }
     };
-    let (_, lines, watchdog) = run_by_time(settings, half_second, ten_minutes, hovering, FakeSlurm::default());
+    let (_, lines, watchdog) =
+        run_by_time(settings, half_second, ten_minutes, hovering, FakeSlurm::default());
     assert_eq!(lines.lines.len(), 1, "{:?}", lines.lines);
     assert!(lines.lines[0].contains("warning the job"), "{:?}", lines.lines);
     assert_eq!(lines.status.unwrap().health.name(), "warn");

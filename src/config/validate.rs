@@ -268,7 +268,11 @@ impl Checker<'_> {
 
     fn grace_over_share(&mut self, leaf: &Leaf, key: &str) -> Option<f64> {
         let value = leaf.as_ref()?;
-        let share = self.number(value, key, "0.5 (act when over the quota half of the grace period)")?;
+        let share = self.number(
+            value,
+            key,
+            "0.5 (act when over the quota half of the grace period)",
+        )?;
         if share > 0.0 && share <= 1.0 {
             return Some(share);
         }

@@ -377,7 +377,12 @@ mod tests {
         let t0 = Instant::now();
         let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
-        let steps = feed(&mut ladder, t0, &settings, &[(0.0, 50 * G), (5.0, 50 * G), (9.0, 20 * G)]);
+        let steps = feed(
+            &mut ladder,
+            t0,
+            &settings,
+            &[(0.0, 50 * G), (5.0, 50 * G), (9.0, 20 * G)],
+        );
         assert_eq!(steps[2], Step::Recovered);
         assert!(!ladder.is_over());
         // However long it stays under: the sample that would act has to be over the quota.
@@ -442,7 +447,12 @@ mod tests {
         let t0 = Instant::now();
         let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
-        let steps = feed(&mut ladder, t0, &settings, &[(0.0, 50 * G), (10.0, 20 * G), (30.0, 50 * G)]);
+        let steps = feed(
+            &mut ladder,
+            t0,
+            &settings,
+            &[(0.0, 50 * G), (10.0, 20 * G), (30.0, 50 * G)],
+        );
         assert_eq!(steps[2], Step::Warn);
         assert_eq!(
             ladder.observe(50 * G, QUOTA, t0 + secs(31.0), &settings),
@@ -469,12 +479,20 @@ mod tests {
         let mut at = 0.0;
         let mut i: u64 = 0;
         while at < span {
-            let used = if (at + phase) % period < over { 50 * G } else { 30 * G };
+            let used = if (at + phase) % period < over {
+                50 * G
+            } else {
+                30 * G
+            };
             if ladder.observe(used, QUOTA, t0 + secs(at), settings) == Step::Act {
                 return Some(at);
             }
             // A fixed spread of -10 % to +10 %, different from sample to sample.
-            let spread = if jitter { (i * 7919 % 21) as f64 / 100.0 - 0.1 } else { 0.0 };
+            let spread = if jitter {
+                (i * 7919 % 21) as f64 / 100.0 - 0.1
+            } else {
+                0.0
+            };
             at += interval * (1.0 + spread);
             i += 1;
         }
@@ -510,7 +528,11 @@ mod tests {
     #[test]
     fn rare_spikes_are_never_acted_on() {
         // 10 % of the time over the quota, for an hour of samples.
-        let cases = [(1.0, 10.0, 0.5, 10.0), (0.2, 2.0, 0.1, 2.0), (1.0, 10.0, 2.0, 10.0)];
+        let cases = [
+            (1.0, 10.0, 0.5, 10.0),
+            (0.2, 2.0, 0.1, 2.0),
+            (1.0, 10.0, 2.0, 10.0),
+        ];
         for (over, period, interval, grace) in cases {
             let settings = settings(secs(grace), 0.5);
             for k in 0..7 {
@@ -555,7 +577,10 @@ mod tests {
         assert_eq!(feed(&mut ladder, t0, &settings, &samples)[10], Step::Act);
         // The fresh sample was under the quota: the next sample over acts, no new grace period.
         ladder.unconfirmed();
-        assert_eq!(ladder.observe(50 * G, QUOTA, t0 + secs(11.0), &settings), Step::Act);
+        assert_eq!(
+            ladder.observe(50 * G, QUOTA, t0 + secs(11.0), &settings),
+            Step::Act
+        );
         // slurmctld did not answer: the next attempt a grace period later, without a new warning.
         ladder.retry_later();
         assert_eq!(
@@ -573,7 +598,16 @@ mod tests {
         let t0 = Instant::now();
         let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
-        let used = [36 * G, 35 * G, 33 * G, 37 * G, 32 * G + G / 2, 32 * G, 33 * G, 36 * G];
+        let used = [
+            36 * G,
+            35 * G,
+            33 * G,
+            37 * G,
+            32 * G + G / 2,
+            32 * G,
+            33 * G,
+            36 * G,
+        ];
         let samples: Vec<(f64, u64)> = used.iter().enumerate().map(|(i, &u)| (i as f64, u)).collect();
         use Step::{Nothing, Recovered, Warn};
         assert_eq!(
