@@ -35,6 +35,7 @@ fn an_empty_file_is_a_policy_of_built_in_settings() {
     assert_eq!(e.interval, Duration::from_secs(2));
     assert_eq!(e.warn_threshold, 0.9);
     assert_eq!(e.grace, Duration::from_secs(10));
+    assert_eq!(e.grace_over_share, 0.5);
     assert_eq!(e.action, Action::Requeue);
     assert_eq!(e.max_requeues, 3);
     assert_eq!(e.escalation, Action::RequeueHold);
@@ -230,6 +231,10 @@ fn enforcement_settings_good() {
         ("grace = \"0s\"", |e| e.grace == Duration::ZERO),
         ("grace = \"1500ms\"", |e| e.grace == Duration::from_millis(1500)),
         ("grace = \"1h\"", |e| e.grace == Duration::from_secs(3600)),
+        ("grace_over_share = 0.5", |e| e.grace_over_share == 0.5),
+        ("grace_over_share = 0.01", |e| e.grace_over_share == 0.01),
+        ("grace_over_share = 1", |e| e.grace_over_share == 1.0),
+        ("grace_over_share = 1.0", |e| e.grace_over_share == 1.0),
         ("action = \"requeue\"", |e| e.action == Action::Requeue),
         ("action = \"requeue-hold\"", |e| e.action == Action::RequeueHold),
         ("action = \"cancel\"", |e| e.action == Action::Cancel),
@@ -291,6 +296,30 @@ fn enforcement_settings_bad() {
         (
             "grace = \"-1s\"",
             "grace: invalid duration '-1s': expected a whole number with ms, s, m or h (e.g. \"500ms\", \"2s\", \"1m\")",
+        ),
+        (
+            "grace_over_share = 0",
+            "grace_over_share: 0 is not a share of the grace period: give a number greater than 0 and at most 1 (0.5 = act when over the quota for half of the last grace period)",
+        ),
+        (
+            "grace_over_share = 1.5",
+            "grace_over_share: 1.5 is not a share of the grace period: give a number greater than 0 and at most 1 (0.5 = act when over the quota for half of the last grace period)",
+        ),
+        (
+            "grace_over_share = -0.5",
+            "grace_over_share: -0.5 is not a share of the grace period: give a number greater than 0 and at most 1 (0.5 = act when over the quota for half of the last grace period)",
+        ),
+        (
+            "grace_over_share = nan",
+            "grace_over_share: NaN is not a share of the grace period: give a number greater than 0 and at most 1 (0.5 = act when over the quota for half of the last grace period)",
+        ),
+        (
+            "grace_over_share = \"50%\"",
+            "grace_over_share: expected a number such as 0.5 (act when over the quota half of the grace period), found string \"50%\"",
+        ),
+        (
+            "grace_over_share = true",
+            "grace_over_share: expected a number such as 0.5 (act when over the quota half of the grace period), found boolean true",
         ),
         (
             "warn_threshold = 0",
@@ -384,7 +413,7 @@ fn structural_errors_name_line_and_key() {
         ),
         (
             "[enforcement]\nintervall = \"2s\"\n",
-            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
+            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
         ),
         (
             "[defaults]\nquota = \"40G\"\n",

@@ -43,28 +43,76 @@ impl GpuSource for FakeGpus {
             self.last = next;
         }
         let (job, stranger) = self.last.clone()?;
-        Ok(vec![GpuSample {
-            index: 0,
-            uuid: "GPU-00000000-0000-4000-8000-000000000000".into(),
-            total: 80 * G,
-            used: job + stranger,
-            processes: vec![
-                GpuProcess {
-                    pid: JOB_PID,
-                    used: Some(job),
-                },
-                GpuProcess {
-                    pid: STRANGER_PID,
-                    used: Some(stranger),
-                },
-            ],
-            listed: true,
-        }])
+        Ok(one_gpu(job, stranger))
     }
 
     fn gpu_total(&self) -> Option<u64> {
         Some(80 * G)
     }
+}
+
+/// GPU 0 of 80G with the job's process and a stranger's.
+fn one_gpu(job: u64, stranger: u64) -> Vec<GpuSample> {
+    vec![GpuSample {
+        index: 0,
+        uuid: "GPU-00000000-0000-4000-8000-000000000000".into(),
+        total: 80 * G,
+        used: job + stranger,
+        processes: vec![
+            GpuProcess {
+                pid: JOB_PID,
+                used: Some(job),
+            },
+            GpuProcess {
+                pid: STRANGER_PID,
+                used: Some(stranger),
+            },
+        ],
+        listed: true,
+    }]
+}
+
+/// One GPU on which the job holds `bytes(time)`, at the time the test last set: every sample taken
+/// in one tick (the confirmation too) sees the same.
+struct ByTime<F> {
+    bytes: F,
+    at: Duration,
+}
+
+impl<F: Fn(Duration) -> u64> GpuSource for ByTime<F> {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
+        Ok(one_gpu((self.bytes)(self.at), 0))
+    }
+
+    fn gpu_total(&self) -> Option<u64> {
+        Some(80 * G)
+    }
+}
+
+/// Ticks every `interval` for `span` of fake time, the job holding `bytes(time)`.
+fn run_by_time(
+    settings: Enforcement,
+    interval: Duration,
+    span: Duration,
+    bytes: impl Fn(Duration) -> u64,
+    slurm: FakeSlurm,
+) -> (FakeSlurm, Lines, Watchdog) {
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings);
+    watchdog.set_run(0);
+    let (mut gpus, mut slurm, mut lines) = (
+        ByTime {
+            bytes,
+            at: Duration::ZERO,
+        },
+        slurm,
+        Lines::default(),
+    );
+    let t0 = Instant::now();
+    while gpus.at < span {
+        watchdog.tick(t0 + gpus.at, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+        gpus.at += interval;
+    }
+    (slurm, lines, watchdog)
 }
 
 struct ByPid;
@@ -251,6 +299,137 @@ fn an_unreadable_admin_comment_never_buys_a_job_more_requeues() {
     // A first offence is still a first offence.
     let (slurm, _, _) = run(vec![Ok((50 * G, 0))], hidden(0), 6);
     assert_eq!(slurm.calls, vec!["requeue"]);
+}
+
+#[test]
+fn duty_cycled_overuse_is_requeued() {
+    // Review F7: 50G for 1.4 s, 30G for 0.6 s, on a 40G quota; sampled every 500 ms, grace 2 s.
+    // One sample in four is under the quota; it used to restart the grace period every cycle.
+    let settings = Enforcement {
+        grace: Duration::from_secs(2),
+        interval: Duration::from_millis(500),
+        ..Enforcement::default()
+    };
+    let bytes = |t: Duration| {
+        if t.as_millis() % 2000 < 1400 {
+            50 * G
+        } else {
+            30 * G
+        }
+    };
+    let slurm = FakeSlurm {
+        requeueable: true,
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, watchdog) = run_by_time(
+        settings,
+        Duration::from_millis(500),
+        Duration::from_secs(20),
+        bytes,
+        slurm,
+    );
+    assert_eq!(slurm.calls, vec!["comment", "requeue"], "{:?}", lines.lines);
+    assert!(watchdog.has_acted());
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.contains("GPU memory 50G over its 40G quota") && l.contains("requeued")),
+        "{:?}",
+        lines.lines
+    );
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert_eq!(record.totals().events.get(record::EventKind::Requeued), 1);
+}
+
+#[test]
+fn a_fresh_sample_under_the_quota_delays_the_action_by_one_sample_not_a_grace() {
+    // Due at 2 s, but the confirmation sample reads 30G: nothing then; the sample at 3 s (over,
+    // and so is its confirmation) acts, where a reset would have waited until 5 s.
+    let script = vec![
+        Ok((50 * G, 0)),
+        Ok((50 * G, 0)),
+        Ok((50 * G, 0)),
+        Ok((30 * G, 0)), // the confirmation at 2 s
+        Ok((50 * G, 0)),
+    ];
+    let slurm = FakeSlurm {
+        requeueable: true,
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = run(script, slurm, 4);
+    assert_eq!(slurm.calls, vec!["comment", "requeue"], "{:?}", lines.lines);
+    assert!(lines
+        .lines
+        .iter()
+        .any(|l| l.contains("over the quota no more on a fresh sample")));
+}
+
+#[test]
+fn flapping_around_the_warn_threshold_logs_a_bounded_number_of_lines() {
+    // Review F13: 37G (over the 36G warn level) and 30G (under the 32.4G recover level) in turn,
+    // sampled every 500 ms for 10 minutes: 600 warnings and 600 recoveries.
+    let settings = Enforcement {
+        interval: Duration::from_millis(500),
+        ..Enforcement::default()
+    };
+    let flapping = |t: Duration| {
+        if t.as_millis() % 1000 < 500 {
+            37 * G
+        } else {
+            30 * G
+        }
+    };
+    let ten_minutes = Duration::from_secs(600);
+    let half_second = Duration::from_millis(500);
+    let (slurm, lines, watchdog) = run_by_time(
+        settings.clone(),
+        half_second,
+        ten_minutes,
+        flapping,
+        FakeSlurm::default(),
+    );
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    let warns: Vec<_> = lines
+        .lines
+        .iter()
+        .filter(|l| l.contains("warning the job"))
+        .collect();
+    let recovers: Vec<_> = lines.lines.iter().filter(|l| l.contains("back under")).collect();
+    // The first of each, then one at 5 min carrying the count of those not logged.
+    assert_eq!(warns.len(), 2, "{:?}", lines.lines);
+    assert_eq!(recovers.len(), 2, "{:?}", lines.lines);
+    assert_eq!(lines.lines.len(), 4, "{:?}", lines.lines);
+    assert!(
+        warns[1].contains("299 more time(s) since the last such line, not logged"),
+        "{}",
+        warns[1]
+    );
+    assert!(
+        recovers[1].contains("299 more time(s) since the last such line, not logged"),
+        "{}",
+        recovers[1]
+    );
+    // The record counts every warning; the status shows the last sample's state (30G: ok).
+    let record = record::parse(&watchdog.record_text().unwrap()).unwrap().unwrap();
+    assert_eq!(record.totals().events.get(record::EventKind::Warn), 600);
+    assert_eq!(lines.status.unwrap().health.name(), "ok");
+
+    // Between the recover level and the warn level (35G, 37G): one warning, no recovery at all.
+    let hovering = |t: Duration| {
+        if t.as_millis() % 1000 < 500 {
+            37 * G
+        } else {
+            35 * G
+        }
+    };
+    let (_, lines, watchdog) =
+        run_by_time(settings, half_second, ten_minutes, hovering, FakeSlurm::default());
+    assert_eq!(lines.lines.len(), 1, "{:?}", lines.lines);
+    assert!(lines.lines[0].contains("warning the job"), "{:?}", lines.lines);
+    assert_eq!(lines.status.unwrap().health.name(), "warn");
+    let record = record::parse(&watchdog.record_text().unwrap()).unwrap().unwrap();
+    assert_eq!(record.totals().events.get(record::EventKind::Warn), 1);
 }
 
 /// One tick and one `keep_record_current` per second, `bytes(second)` of the job's memory.

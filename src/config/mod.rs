@@ -228,6 +228,10 @@ pub struct Enforcement {
     pub warn_threshold: f64,
     /// How long usage may stay over the quota before `action` is taken (0 = at once).
     pub grace: Duration,
+    /// The share of the trailing `grace` the job must have been over its quota for `action` to be
+    /// taken, in (0, 1]; time-weighted by sample spacing (see `watchdog::ladder`). Below 1 a job
+    /// cannot escape by dipping under its quota now and then.
+    pub grace_over_share: f64,
     /// What is done to a job that stays over its quota.
     pub action: Action,
     /// After this many requeues for overuse, `escalation` is done instead of `action`.
@@ -255,6 +259,7 @@ pub mod limits {
     pub const WARN_THRESHOLD: f64 = 0.9;
     pub const GRACE: Duration = Duration::from_secs(10);
     pub const MAX_GRACE: Duration = Duration::from_secs(3600);
+    pub const GRACE_OVER_SHARE: f64 = 0.5;
     pub const MAX_REQUEUES: u32 = 3;
     pub const MAX_REQUEUES_LIMIT: u32 = 100;
     pub const NVML_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
@@ -287,6 +292,7 @@ impl Default for Enforcement {
             interval: limits::INTERVAL,
             warn_threshold: limits::WARN_THRESHOLD,
             grace: limits::GRACE,
+            grace_over_share: limits::GRACE_OVER_SHARE,
             action: Action::Requeue,
             max_requeues: limits::MAX_REQUEUES,
             escalation: Action::RequeueHold,

@@ -64,6 +64,7 @@ pub struct RawEnforcement {
     pub interval: Leaf,
     pub warn_threshold: Leaf,
     pub grace: Leaf,
+    pub grace_over_share: Leaf,
     pub action: Leaf,
     pub max_requeues: Leaf,
     pub escalation: Leaf,

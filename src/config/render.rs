@@ -31,6 +31,7 @@ pub fn render(config: &Config) -> String {
     let _ = writeln!(out, "interval = \"{}\"", format_duration(e.interval));
     let _ = writeln!(out, "warn_threshold = {:?}", e.warn_threshold);
     let _ = writeln!(out, "grace = \"{}\"", format_duration(e.grace));
+    let _ = writeln!(out, "grace_over_share = {:?}", e.grace_over_share);
     let _ = writeln!(out, "action = \"{}\"", e.action);
     let _ = writeln!(out, "max_requeues = {}", e.max_requeues);
     let _ = writeln!(out, "escalation = \"{}\"", e.escalation);

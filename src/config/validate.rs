@@ -168,6 +168,7 @@ impl Checker<'_> {
         let grace = self.parsed(&raw.grace, &key("grace"), "\"10s\"", |t| {
             within(parse_duration(t)?, Duration::ZERO, limits::MAX_GRACE)
         });
+        let grace_over_share = self.grace_over_share(&raw.grace_over_share, &key("grace_over_share"));
         let warn_threshold = self.warn_threshold(&raw.warn_threshold, &key("warn_threshold"));
         let max_requeues = self.count(
             &raw.max_requeues,
@@ -211,6 +212,7 @@ impl Checker<'_> {
             interval: interval.unwrap_or(built_in.interval),
             warn_threshold: warn_threshold.unwrap_or(built_in.warn_threshold),
             grace: grace.unwrap_or(built_in.grace),
+            grace_over_share: grace_over_share.unwrap_or(built_in.grace_over_share),
             action: action.unwrap_or(built_in.action),
             max_requeues: max_requeues.unwrap_or(built_in.max_requeues),
             escalation: escalation.unwrap_or(built_in.escalation),
@@ -259,6 +261,24 @@ impl Checker<'_> {
         }
         let message = format!(
             "{threshold} is not a fraction of the quota: give a number greater than 0 and at most 1 (0.9 = warn at 90%)"
+        );
+        self.report(value.span(), key, message);
+        None
+    }
+
+    fn grace_over_share(&mut self, leaf: &Leaf, key: &str) -> Option<f64> {
+        let value = leaf.as_ref()?;
+        let share = self.number(
+            value,
+            key,
+            "0.5 (act when over the quota half of the grace period)",
+        )?;
+        if share > 0.0 && share <= 1.0 {
+            return Some(share);
+        }
+        let message = format!(
+            "{share} is not a share of the grace period: give a number greater than 0 and at most 1 \
+             (0.5 = act when over the quota for half of the last grace period)"
         );
         self.report(value.span(), key, message);
         None

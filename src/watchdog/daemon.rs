@@ -59,6 +59,49 @@ fn sleep_or_stop(duration: Duration) -> bool {
     true
 }
 
+/// Each wait between samples is the interval times a factor drawn uniformly from
+/// `[1 - INTERVAL_JITTER, 1 + INTERVAL_JITTER]`, so that a job cycling its memory cannot stay
+/// phase-locked to the samples (review F7); ±10 % keeps the interval what the policy says.
+const INTERVAL_JITTER: f64 = 0.1;
+
+/// xorshift64*: cheap, and enough to spread sample times. Nothing secret depends on it; its state
+/// lives in root's process, where the job cannot read it.
+struct Jitter {
+    state: u64,
+}
+
+impl Jitter {
+    /// Seeded from the clock and the pid: watchdogs started in the same instant still differ.
+    fn seeded() -> Jitter {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let seed = nanos ^ (u64::from(std::process::id()) << 32) ^ 0x9E37_79B9_7F4A_7C15;
+        // xorshift stays at 0 once there.
+        Jitter { state: seed.max(1) }
+    }
+
+    /// Uniform in [0, 1).
+    fn next_unit(&mut self) -> f64 {
+        let mut x = self.state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn around(&mut self, interval: Duration) -> Duration {
+        jittered(interval, self.next_unit())
+    }
+}
+
+/// `interval` scaled by `1 ± INTERVAL_JITTER`; `unit`, in [0, 1], chooses where in that range.
+fn jittered(interval: Duration, unit: f64) -> Duration {
+    let factor = 1.0 + INTERVAL_JITTER * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+    Duration::try_from_secs_f64(interval.as_secs_f64() * factor).unwrap_or(interval)
+}
+
 /// The log plus the job's status file.
 struct LogReporter {
     log: Log,
@@ -269,6 +312,7 @@ pub fn run(params: Params) -> ExitCode {
     };
     let mut last_check = Instant::now();
     let mut last_record: Option<String> = None;
+    let mut jitter = Jitter::seeded();
     if let Some(gpus) = gpus.as_mut() {
         while !STOP.load(Ordering::SeqCst) {
             let mut recording = Recording {
@@ -317,7 +361,7 @@ pub fn run(params: Params) -> ExitCode {
                     Err(e) => reporter.warning(&format!("cannot check the job with slurmctld: {e}")),
                 }
             }
-            if sleep_or_stop(settings.interval) {
+            if sleep_or_stop(jitter.around(settings.interval)) {
                 break;
             }
         }
@@ -579,4 +623,32 @@ fn hostname() -> String {
     };
     name.map(|n| n.to_string_lossy().split('.').next().unwrap_or("").to_string())
         .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_jitter_stays_within_ten_percent_of_the_interval() {
+        let interval = Duration::from_secs(2);
+        assert_eq!(jittered(interval, 0.0), Duration::from_millis(1800));
+        assert_eq!(jittered(interval, 0.5), interval);
+        assert_eq!(jittered(interval, 1.0), Duration::from_millis(2200));
+        assert_eq!(jittered(interval, f64::NAN), interval);
+        let mut jitter = Jitter::seeded();
+        let waits: Vec<Duration> = (0..10_000).map(|_| jitter.around(interval)).collect();
+        assert!(waits
+            .iter()
+            .all(|w| (Duration::from_millis(1800)..=Duration::from_millis(2200)).contains(w)));
+        // Spread over the whole range, not stuck: every tenth of it is hit, the mean is the interval.
+        let mut tenths = [0u32; 10];
+        for w in &waits {
+            let tenth = ((w.as_secs_f64() - 1.8) / 0.04) as usize;
+            tenths[tenth.min(9)] += 1;
+        }
+        assert!(tenths.iter().all(|&n| n > 800), "{tenths:?}");
+        let mean = waits.iter().sum::<Duration>() / waits.len() as u32;
+        assert!((mean.as_secs_f64() - 2.0).abs() < 0.01, "{mean:?}");
+    }
 }

@@ -391,36 +391,41 @@ impl Watchdog {
             return Flow::Continue;
         }
         self.predict(now, worst_gpu, worst, quota, report);
-        let step = self.ladder.observe(
-            worst,
-            quota,
-            now,
-            self.settings.warn_threshold,
-            self.settings.grace,
-        );
+        let step = self.ladder.observe(worst, quota, now, &self.settings);
+        // The status shows where the job stands at every sample; only the log lines are limited.
+        self.state = if self.ladder.is_over() {
+            status::JobHealth::OverQuota
+        } else if self.ladder.is_warned() {
+            status::JobHealth::Warn
+        } else {
+            status::JobHealth::Ok
+        };
         match step {
-            Step::Nothing => {}
+            Step::Nothing | Step::Over { .. } => {}
             Step::Warn => {
-                self.state = status::JobHealth::Warn;
                 if let Some(record) = &mut self.entry {
                     record.count_event(EventKind::Warn, unix_now());
                 }
-                report.warning(&format!(
-                    "GPU memory {} of its {} quota ({:.0}%): warning the job",
-                    ByteSize::from_bytes(worst).floor_mib(),
-                    ByteSize::from_bytes(quota),
-                    worst as f64 * 100.0 / quota as f64
-                ));
+                if let Some(not_logged) = self.ladder.lines.admit(ladder::Crossing::Warn, now) {
+                    report.warning(&format!(
+                        "GPU memory {} of its {} quota ({:.0}%): warning the job{}",
+                        ByteSize::from_bytes(worst).floor_mib(),
+                        ByteSize::from_bytes(quota),
+                        worst as f64 * 100.0 / quota as f64,
+                        ladder::not_logged_note(not_logged)
+                    ));
+                }
             }
             Step::Recovered => {
-                self.state = status::JobHealth::Ok;
-                report.info("GPU memory back under the warn threshold");
+                if let Some(not_logged) = self.ladder.lines.admit(ladder::Crossing::Recovered, now) {
+                    report.info(&format!(
+                        "GPU memory back under {:.0}% of the warn threshold{}",
+                        ladder::RECOVER_SHARE_OF_WARN * 100.0,
+                        ladder::not_logged_note(not_logged)
+                    ));
+                }
             }
-            Step::Over { .. } => self.state = status::JobHealth::OverQuota,
-            Step::Act => {
-                self.state = status::JobHealth::OverQuota;
-                self.act(gpus, attributor, control, report, quota);
-            }
+            Step::Act => self.act(gpus, attributor, control, report, quota),
         }
         report.status(&self.status(Some(quota)));
         Flow::Continue
@@ -448,8 +453,8 @@ impl Watchdog {
             })
             .unwrap_or(0);
         if confirmed <= quota {
-            report.info("over the quota no more on a fresh sample: nothing done");
-            self.ladder = Ladder::default();
+            report.info("over the quota no more on a fresh sample: nothing done yet");
+            self.ladder.unconfirmed();
             return;
         }
         let job = match control.job() {
@@ -458,7 +463,7 @@ impl Watchdog {
                 report.error(&format!(
                     "cannot read the job from slurmctld ({e}); will try again, the job keeps running"
                 ));
-                self.ladder = Ladder::default();
+                self.ladder.retry_later();
                 return;
             }
         };
@@ -468,7 +473,7 @@ impl Watchdog {
                 report.error(&format!(
                     "cannot read the job's AdminComment ({e}); will try again, the job keeps running"
                 ));
-                self.ladder = Ladder::default();
+                self.ladder.retry_later();
                 return;
             }
         };
@@ -531,7 +536,7 @@ impl Watchdog {
                     report.error(&format!(
                         "{what}, but the record cannot be written ({e}): not acting blind; will try again"
                     ));
-                    self.ladder = Ladder::default();
+                    self.ladder.retry_later();
                     return;
                 }
             }
@@ -547,7 +552,7 @@ impl Watchdog {
                     "{what}, but {} failed: {e}; will try again",
                     action_name(action)
                 ));
-                self.ladder = Ladder::default();
+                self.ladder.retry_later();
             }
         }
     }
