@@ -28,8 +28,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::trusted_dir::TrustedDir;
 use crate::attribute::ProcessIdentity;
+use crate::trusted_dir::TrustedDir;
 
 pub const STATUS_FILE: &str = "status.json";
 pub const LOCK_FILE: &str = "watchdog.lock";

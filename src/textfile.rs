@@ -74,7 +74,10 @@ pub fn write_in(dir: &TrustedDir, name: &str, text: &str, access: Access) -> io:
     // A name already there is a leftover of an earlier process with our pid (or planted: with
     // O_EXCL|O_NOFOLLOW it is never opened): take the next number, never remove it here.
     for _ in 0..100 {
-        let temp = format!(".{name}.{pid}.{}.tmp", NEXT_TEMPORARY.fetch_add(1, Ordering::Relaxed));
+        let temp = format!(
+            ".{name}.{pid}.{}.tmp",
+            NEXT_TEMPORARY.fetch_add(1, Ordering::Relaxed)
+        );
         let file = match dir.create_new_file(&temp, 0o600) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             other => other?,
@@ -129,7 +132,9 @@ pub fn remove_stale_temporaries(
     is_ours: &dyn Fn(&str) -> bool,
     older_than: Duration,
 ) -> io::Result<Vec<String>> {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let mut removed = Vec::new();
     for name in dir.names()? {
         if !temporary_target(&name).is_some_and(is_ours) {
@@ -194,7 +199,10 @@ mod tests {
     #[test]
     fn temporary_names_give_their_target() {
         assert_eq!(temporary_target(".gpus.123.7.tmp"), Some("gpus"));
-        assert_eq!(temporary_target(".gpu_mem_quota_job_1.prom.123.0.tmp"), Some("gpu_mem_quota_job_1.prom"));
+        assert_eq!(
+            temporary_target(".gpu_mem_quota_job_1.prom.123.0.tmp"),
+            Some("gpu_mem_quota_job_1.prom")
+        );
         assert_eq!(temporary_target(".gpus.tmp"), Some("gpus"));
         assert_eq!(temporary_target(".5.tmp"), Some("5"));
         assert_eq!(temporary_target("gpus.tmp"), None);

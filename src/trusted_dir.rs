@@ -32,11 +32,17 @@ fn refusal(stat: &libc::stat, owner: u32) -> Option<String> {
     if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
         Some("is not a directory".into())
     } else if stat.st_uid != owner {
-        Some(format!("is owned by uid {}, not {}", stat.st_uid, owner_name(owner)))
+        Some(format!(
+            "is owned by uid {}, not {}",
+            stat.st_uid,
+            owner_name(owner)
+        ))
     } else if mode & (libc::S_IWGRP | libc::S_IWOTH) != 0 {
         Some(format!("is writable by group or others (mode {mode:04o})"))
     } else if mode & libc::S_ISVTX != 0 {
-        Some(format!("has the sticky bit, a shared directory (mode {mode:04o})"))
+        Some(format!(
+            "has the sticky bit, a shared directory (mode {mode:04o})"
+        ))
     } else {
         None
     }
@@ -179,7 +185,10 @@ impl TrustedDir {
             _ => {}
         }
         let child = self.open_child(name)?.ok_or_else(|| {
-            at_path(&path, io::Error::new(io::ErrorKind::NotFound, "removed while being made"))
+            at_path(
+                &path,
+                io::Error::new(io::ErrorKind::NotFound, "removed while being made"),
+            )
         })?;
         // SAFETY: the fd is open.
         check(unsafe { libc::fchown(child.as_raw_fd(), euid(), egid()) }).map_err(|e| at_path(&path, e))?;
@@ -213,7 +222,8 @@ impl TrustedDir {
 
     fn set_mode(&self, mode: u32) -> io::Result<()> {
         // SAFETY: the fd is open.
-        check(unsafe { libc::fchmod(self.as_raw_fd(), mode as libc::mode_t) }).map_err(|e| at_path(&self.path, e))
+        check(unsafe { libc::fchmod(self.as_raw_fd(), mode as libc::mode_t) })
+            .map_err(|e| at_path(&self.path, e))
     }
 
     /// Creates `self/name` exclusively (never through a symlink) for writing, with `mode` before
@@ -251,7 +261,8 @@ impl TrustedDir {
     pub fn unlink(&self, name: &str) -> io::Result<()> {
         let c = c_name(name)?;
         // SAFETY: the fd is open; c is plain and NUL-terminated.
-        check(unsafe { libc::unlinkat(self.as_raw_fd(), c.as_ptr(), 0) }).map_err(|e| at_path(&self.path.join(name), e))
+        check(unsafe { libc::unlinkat(self.as_raw_fd(), c.as_ptr(), 0) })
+            .map_err(|e| at_path(&self.path.join(name), e))
     }
 
     /// `lstat` of `self/name`, relative to the descriptor; `Ok(None)` when there is none.
@@ -260,7 +271,9 @@ impl TrustedDir {
         // SAFETY: a zeroed stat is a valid buffer.
         let mut stat: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: the fd is open; c is plain; stat is writable.
-        match check(unsafe { libc::fstatat(self.as_raw_fd(), c.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW) }) {
+        match check(unsafe {
+            libc::fstatat(self.as_raw_fd(), c.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW)
+        }) {
             Ok(()) => Ok(Some(stat)),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
             Err(e) => Err(at_path(&self.path.join(name), e)),

@@ -272,7 +272,12 @@ impl Registry {
         if let Some(bad) = bad {
             return Err(invalid(format!("job {}: cannot register {bad}", entry.job_id)));
         }
-        textfile::write_atomically_as(&self.dir, &entry.job_id.to_string(), &entry.render(), Access::ROOT_ONLY)
+        textfile::write_atomically_as(
+            &self.dir,
+            &entry.job_id.to_string(),
+            &entry.render(),
+            Access::ROOT_ONLY,
+        )
     }
 
     /// The watchdog's refresh each interval: a new heartbeat, the entry rewritten.

@@ -96,7 +96,9 @@ impl Reporter for LogReporter {
             return;
         }
         let access = textfile::Access::read_only_by(self.status_reader);
-        if let Err(e) = textfile::write_atomically_as(&self.dir, runtime::STATUS_FILE, &status.to_json(), access) {
+        if let Err(e) =
+            textfile::write_atomically_as(&self.dir, runtime::STATUS_FILE, &status.to_json(), access)
+        {
             self.log.error(&format!(
                 "cannot write the status file in {}: {e}",
                 self.dir.display()

@@ -93,12 +93,16 @@ fn sweep_temporaries(
     errors: &mut Vec<String>,
 ) {
     match textfile::remove_stale_temporaries(dir, ours, STALE_TEMPORARY) {
-        Ok(names) => removed.extend(
-            names
-                .into_iter()
-                .map(|name| format!("temporary file {} (its writer died)", dir.path().join(name).display())),
-        ),
-        Err(e) => errors.push(format!("cannot sweep the temporary files of {}: {e}", dir.path().display())),
+        Ok(names) => removed.extend(names.into_iter().map(|name| {
+            format!(
+                "temporary file {} (its writer died)",
+                dir.path().join(name).display()
+            )
+        })),
+        Err(e) => errors.push(format!(
+            "cannot sweep the temporary files of {}: {e}",
+            dir.path().display()
+        )),
     }
 }
 
