@@ -146,8 +146,10 @@ pub fn remove_stale_temporaries(
         let modified = u64::try_from(stat.st_mtime).unwrap_or(0);
         let regular = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
         if regular && stat.st_uid == euid() && now.saturating_sub(modified) >= older_than.as_secs() {
-            match remove_in(dir, &name) {
+            match dir.unlink(&name) {
                 Ok(()) => removed.push(name),
+                // Another sweep was first.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
         }

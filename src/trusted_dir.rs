@@ -69,9 +69,11 @@ fn at_path(path: &Path, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
-/// `O_NOFOLLOW` on a symlink fails with `ELOOP`; say what it means.
+/// `O_NOFOLLOW` on a symlink fails with `ELOOP`, or `ENOTDIR` with `O_DIRECTORY`; say what it
+/// means when the path is a symlink.
 fn open_error(path: &Path, e: io::Error) -> io::Error {
-    if e.raw_os_error() == Some(libc::ELOOP) {
+    let maybe_link = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+    if maybe_link && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
         refused(path, "is a symlink")
     } else {
         at_path(path, e)
