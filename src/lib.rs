@@ -27,6 +27,7 @@ pub mod runtime;
 pub mod size;
 pub mod slurmctl;
 pub mod textfile;
+pub mod trusted_dir;
 pub mod watchdog;
 
 #[cfg(feature = "spank")]

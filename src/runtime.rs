@@ -1,24 +1,35 @@
 //! The node-local runtime directory: one root-owned directory per job with a watchdog here.
 //!
 //! ```text
-//! <runtime_dir>/                      root 0755 (from the policy, default /run/gpu-mem-quota)
-//! <runtime_dir>/jobs/<id>/            root:<job's group> 0750
-//!     watchdog.lock                   flock held by the job's watchdog for its whole life
-//!     watchdog.pid                    "<pid> <start time>" of that watchdog
-//!     status.json                     the job's status (GPU_MEM_QUOTA_STATUS_FILE), root:<group> 0640
-//!     record                          the watchdog's record entry so far (AdminComment format)
-//! <runtime_dir>/gpus                  the node's GPUs, "<index> <uuid> <total bytes>" per line, written
-//!                                     by every watchdog that loads NVML, read by the plugin (no NVML there)
+//! <runtime_dir>/                      root 0755, from the policy (default /run/gpu-mem-quota):
+//!                                     made when missing, never chowned or chmodded when there; refused
+//!                                     unless a real directory owned by root, not group/other-writable,
+//!                                     not sticky (crate::trusted_dir)
+//! <runtime_dir>/jobs/                 root 0711: the job ids running here cannot be listed
+//! <runtime_dir>/jobs/<id>/            root:root 0711: only a path known in advance can be opened
+//!     status.json                     the job's status (GPU_MEM_QUOTA_STATUS_FILE), owned by the
+//!                                     job's user, mode 0400: readable by that user alone; root only
+//!                                     replaces it, never reads it back
+//!     watchdog.lock                   root 0600, flock held by the job's watchdog for its whole life
+//!     watchdog.pid                    root 0600, "<pid> <start time>" of that watchdog
+//!     record                          root 0600, the watchdog's record entry so far (AdminComment
+//!                                     format), read by the plugin (root)
+//! <runtime_dir>/registry/             root 0700, the preemption registry (crate::preempt::registry)
+//! <runtime_dir>/gpus                  root 0644, the node's GPUs, "<index> <uuid> <total bytes>" per
+//!                                     line, written by every watchdog that loads NVML, read by the
+//!                                     plugin (no NVML there), also in the job's task
 //! ```
-//! Only root writes here; the job's user may read its own job's directory. Nothing is ever
-//! created by following a symlink: the directories are checked to be real, root-owned directories.
+//! Only root writes here; a user reads their own job's status file and nothing else of any job.
+//! Directories are opened `O_DIRECTORY|O_NOFOLLOW` and checked on the descriptor, children are made
+//! relative to it: nothing is ever created by following a symlink.
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::attribute::ProcessIdentity;
+use crate::trusted_dir::TrustedDir;
 
 pub const STATUS_FILE: &str = "status.json";
 pub const LOCK_FILE: &str = "watchdog.lock";
@@ -41,32 +52,23 @@ pub fn status_file(runtime_dir: &Path, job_id: u32) -> PathBuf {
     job_dir(runtime_dir, job_id).join(STATUS_FILE)
 }
 
-/// Creates (or checks) `dir` as a root-owned directory with `mode`, refusing a symlink or a
-/// directory someone else owns.
-fn ensure_root_dir(dir: &Path, mode: u32, gid: u32) -> io::Result<()> {
-    match fs::DirBuilder::new().mode(mode).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = fs::symlink_metadata(dir)?;
-    if !meta.file_type().is_dir() || meta.uid() != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{} is not a root-owned directory", dir.display()),
-        ));
-    }
-    std::os::unix::fs::chown(dir, Some(0), Some(gid))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+/// The mode of `<runtime_dir>` when we make it.
+const RUNTIME_DIR_MODE: u32 = 0o755;
+/// `jobs/` and each job's directory: searchable, not listable.
+const JOB_DIRS_MODE: u32 = 0o711;
+
+/// Opens `runtime_dir`, making it (root 0755) when missing; an existing one is refused, left as it
+/// is, unless it is a real directory owned by root and writable by nobody else (no sticky bit).
+pub fn open_runtime_dir(runtime_dir: &Path) -> io::Result<TrustedDir> {
+    TrustedDir::open_or_create(runtime_dir, RUNTIME_DIR_MODE)
 }
 
-/// Creates the job's directory, readable by the job's group only.
-pub fn create_job_dir(runtime_dir: &Path, job_id: u32, gid: u32) -> io::Result<PathBuf> {
-    ensure_root_dir(runtime_dir, 0o755, 0)?;
-    ensure_root_dir(&jobs_dir(runtime_dir), 0o755, 0)?;
-    let dir = job_dir(runtime_dir, job_id);
-    ensure_root_dir(&dir, 0o750, gid)?;
-    Ok(dir)
+/// Creates the job's directory (root 0711, as is `jobs/`): a user reaches only the files whose
+/// names are known, and may open only their own status file.
+pub fn create_job_dir(runtime_dir: &Path, job_id: u32) -> io::Result<PathBuf> {
+    let jobs = open_runtime_dir(runtime_dir)?.child_dir("jobs", JOB_DIRS_MODE)?;
+    let dir = jobs.child_dir(&job_id.to_string(), JOB_DIRS_MODE)?;
+    Ok(dir.path().to_path_buf())
 }
 
 /// Removes the job's directory and everything in it (a job that is gone needs none of it).
@@ -113,7 +115,9 @@ pub fn try_lock(dir: &Path) -> io::Result<Option<fs::File>> {
 }
 
 pub fn write_pid_file(dir: &Path, me: ProcessIdentity) -> io::Result<()> {
-    let mut file = open_private(&dir.join(PID_FILE), 0o644)?;
+    let mut file = open_private(&dir.join(PID_FILE), 0o600)?;
+    // Only root reads it; an older version made it 0644.
+    file.set_permissions(fs::Permissions::from_mode(0o600))?;
     file.set_len(0)?;
     writeln!(file, "{} {}", me.pid, me.start_time)
 }

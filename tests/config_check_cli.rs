@@ -167,3 +167,92 @@ fn explain_a_refusal_and_what_the_submit_host_cannot_check() {
         "{report}"
     );
 }
+
+/// A scratch policy file under the system temporary directory, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn shared_directories_are_refused_for_root_s_files() {
+    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-check-shared-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&scratch.0);
+    std::fs::create_dir(&scratch.0).unwrap();
+    let policy = scratch.0.join("policy.toml");
+    let policy_name = policy.display().to_string();
+    for (dir, key) in [
+        ("/tmp", "runtime_dir"),
+        ("/tmp/", "runtime_dir"),
+        ("/dev/shm", "runtime_dir"),
+        ("/run", "state_dir"),
+        ("/var/tmp", "state_dir"),
+        ("/run/user/2001", "runtime_dir"),
+    ] {
+        std::fs::write(&policy, format!("[enforcement]\n{key} = \"{dir}\"\n")).unwrap();
+        let out = check_config(&[&policy_name]);
+        assert_eq!(out.status.code(), Some(1), "{dir}");
+        assert!(
+            text(&out.stderr).starts_with(&format!(
+                "{policy_name}:2:{}: [enforcement] {key}: '{dir}' is a directory shared with other \
+                 programs or users",
+                key.len() + 4
+            )),
+            "{dir}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_directory_others_can_write_on_this_machine_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-check-here-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&scratch.0);
+    std::fs::create_dir(&scratch.0).unwrap();
+    let sticky = scratch.0.join("sharedtmp");
+    std::fs::create_dir(&sticky).unwrap();
+    std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let policy = scratch.0.join("policy.toml");
+    let policy_name = policy.display().to_string();
+    std::fs::write(
+        &policy,
+        format!("[enforcement]\nruntime_dir = \"{}\"\n", sticky.display()),
+    )
+    .unwrap();
+    let out = check_config(&[&policy_name]);
+    assert_eq!(out.status.code(), Some(1));
+    // SAFETY: geteuid has no preconditions.
+    let owner = if unsafe { libc::geteuid() } == 0 {
+        "is writable by group or others (mode 1777)".to_string()
+    } else {
+        "is owned by uid".to_string()
+    };
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "{policy_name}:2:15: [enforcement] runtime_dir: {} {owner}",
+            sticky.display()
+        )),
+        "{stderr}"
+    );
+    // check-config changes nothing.
+    assert_eq!(
+        std::fs::metadata(&sticky).unwrap().permissions().mode() & 0o7777,
+        0o1777
+    );
+    // Under a directory anyone may write (/tmp): someone could make it before root does.
+    std::fs::write(
+        &policy,
+        "[enforcement]\nstate_dir = \"/tmp/gmq-not-there/state\"\n",
+    )
+    .unwrap();
+    let stderr = text(&check_config(&[&policy_name]).stderr);
+    assert!(
+        stderr.contains("/tmp/gmq-not-there/state is under /tmp, which is writable by group or others"),
+        "{stderr}"
+    );
+}

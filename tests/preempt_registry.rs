@@ -86,10 +86,24 @@ fn entries_round_trip() {
     registry.write(&mine).unwrap();
     assert_eq!(registry.read(12).unwrap(), Some(mine.clone()));
     let meta = fs::metadata(registry.dir().join("12")).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o644);
+    // Only root reads the registry: it names every job's user, quota, rank and watchdog.
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert_eq!(
         fs::metadata(registry.dir()).unwrap().permissions().mode() & 0o777,
-        0o755
+        0o700
+    );
+    // An older version's registry (0755) is made 0700 when opened; the runtime directory is not
+    // touched.
+    fs::set_permissions(registry.dir(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&runtime.0, fs::Permissions::from_mode(0o711)).unwrap();
+    Registry::open(&runtime.0).unwrap();
+    assert_eq!(
+        fs::metadata(registry.dir()).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    assert_eq!(
+        fs::metadata(&runtime.0).unwrap().permissions().mode() & 0o777,
+        0o711
     );
 
     registry.heartbeat(&mut mine, NOW + 2).unwrap();
@@ -208,7 +222,30 @@ fn open_refuses_a_symlinked_directory() {
     fs::create_dir_all(&real).unwrap();
     symlink(runtime.0.join("elsewhere"), real.join("registry")).unwrap();
     let e = Registry::open(&real).unwrap_err();
-    assert!(e.to_string().contains("is not a directory owned by uid"), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("registry is a symlink: refused, left as it is"),
+        "{e}"
+    );
+    assert!(!runtime.0.join("elsewhere/registry").exists());
+}
+
+#[test]
+fn open_refuses_a_runtime_dir_others_can_write_and_leaves_its_mode() {
+    let runtime = TempRuntime::new("shared");
+    fs::create_dir(&runtime.0).unwrap();
+    for mode in [0o1777, 0o777, 0o1755, 0o770] {
+        fs::set_permissions(&runtime.0, fs::Permissions::from_mode(mode)).unwrap();
+        let e = Registry::open(&runtime.0).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{mode:o}: {e}");
+        assert!(e.to_string().contains("refused, left as it is"), "{e}");
+        assert_eq!(
+            fs::metadata(&runtime.0).unwrap().permissions().mode() & 0o7777,
+            mode
+        );
+        assert!(!runtime.0.join("registry").exists());
+    }
+    fs::set_permissions(&runtime.0, fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[test]

@@ -61,20 +61,40 @@ fn leftovers_of_gone_jobs_are_swept_and_nothing_else() {
     let registry = Registry::open(&runtime).unwrap();
     registry.write(&entry(5)).unwrap();
     registry.write(&entry(6)).unwrap();
+    // Temporaries of writers that died two minutes ago, and of one writing now (kept); another
+    // exporter's temporary in the collector directory is not ours.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    let stale = [
+        metrics.join(".gpu_mem_quota_job_5.prom.77.0.tmp"),
+        runtime.join(".gpus.77.1.tmp"),
+        registry.dir().join(".5.77.2.tmp"),
+        metrics.join(".node_gpu.prom.77.3.tmp"),
+    ];
+    for path in &stale {
+        fs::File::create(path).unwrap().set_modified(old).unwrap();
+    }
+    fs::write(runtime.join(".gpus.78.0.tmp"), "being written").unwrap();
 
     let (removed, errors) = leftovers::sweep(&runtime, Some(&metrics));
 
     assert!(errors.is_empty(), "{errors:?}");
+    let died = |path: &PathBuf| format!("temporary file {} (its writer died)", path.display());
     assert_eq!(
         removed,
         [
             format!(
-                "metrics file {}",
+                "metrics file {} (its job has left this node)",
                 metrics.join("gpu_mem_quota_job_6.prom").display()
             ),
-            "registry entry of job 6".to_string(),
+            died(&stale[0]),
+            died(&stale[1]),
+            died(&stale[2]),
+            "registry entry of job 6 (its job has left this node)".to_string(),
         ]
     );
+    assert!(!stale[..3].iter().any(|p| p.exists()));
+    assert!(stale[3].exists() && runtime.join(".gpus.78.0.tmp").exists());
+    fs::remove_file(&stale[3]).unwrap();
     let mut left: Vec<String> = fs::read_dir(&metrics)
         .unwrap()
         .map(|d| d.unwrap().file_name().into_string().unwrap())
@@ -101,4 +121,19 @@ fn leftovers_of_gone_jobs_are_swept_and_nothing_else() {
     let (_, errors) = leftovers::sweep(&runtime, Some(&scratch.0.join("no-such-dir")));
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].starts_with("cannot read ") && errors[0].contains("no-such-dir"));
+
+    // A collector directory reached through a symlink is refused: nothing is removed through it.
+    fs::remove_dir_all(runtime.join("jobs/5")).unwrap();
+    let link = scratch.0.join("metrics-link");
+    symlink(&metrics, &link).unwrap();
+    let (removed, errors) = leftovers::sweep(&runtime, Some(&link));
+    assert_eq!(
+        errors,
+        [format!(
+            "cannot read the collector directory: {} is a symlink: refused, left as it is",
+            link.display()
+        )]
+    );
+    assert_eq!(removed, ["registry entry of job 5 (its job has left this node)"]);
+    assert!(metrics.join("gpu_mem_quota_job_5.prom").exists());
 }

@@ -9,7 +9,7 @@
 //! mount namespaces (`unshare -m`); skipped with the reason otherwise.
 
 use std::fs;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -35,7 +35,12 @@ const CASES: &[Case] = &[
             fs::write(base.join("file"), "").unwrap();
             (base.join("file/run"), None)
         },
-        reason: |_| "Not a directory (os error 20)".into(),
+        reason: |base| {
+            format!(
+                "{}: Not a directory (os error 20)",
+                base.join("file/run").display()
+            )
+        },
     },
     Case {
         name: "read-only-filesystem",
@@ -43,7 +48,12 @@ const CASES: &[Case] = &[
             fs::create_dir(base.join("ro")).unwrap();
             (base.join("ro/run"), Some(base.join("ro")))
         },
-        reason: |_| "Read-only file system (os error 30)".into(),
+        reason: |base| {
+            format!(
+                "{}: Read-only file system (os error 30)",
+                base.join("ro/run").display()
+            )
+        },
     },
     Case {
         name: "owned-by-a-user",
@@ -53,7 +63,12 @@ const CASES: &[Case] = &[
             std::os::unix::fs::chown(&dir, Some(2001), Some(2001)).unwrap();
             (dir, None)
         },
-        reason: |base| format!("{} is not a root-owned directory", base.join("theirs").display()),
+        reason: |base| {
+            format!(
+                "{} is owned by uid 2001, not root: refused, left as it is",
+                base.join("theirs").display()
+            )
+        },
     },
     Case {
         name: "a-symlink",
@@ -62,9 +77,67 @@ const CASES: &[Case] = &[
             symlink(base.join("elsewhere"), base.join("link")).unwrap();
             (base.join("link"), None)
         },
-        reason: |base| format!("{} is not a root-owned directory", base.join("link").display()),
+        reason: |base| {
+            format!(
+                "{} is a symlink: refused, left as it is",
+                base.join("link").display()
+            )
+        },
+    },
+    // F12: a shared directory such as /tmp named as the runtime_dir is refused, not chmodded.
+    Case {
+        name: "world-writable-sticky",
+        setup: |base| {
+            let dir = base.join("sharedtmp");
+            fs::create_dir(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o1777)).unwrap();
+            (dir, None)
+        },
+        reason: |base| {
+            format!(
+                "{} is writable by group or others (mode 1777): refused, left as it is",
+                base.join("sharedtmp").display()
+            )
+        },
+    },
+    Case {
+        name: "sticky-only",
+        setup: |base| {
+            let dir = base.join("sticky");
+            fs::create_dir(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o1755)).unwrap();
+            (dir, None)
+        },
+        reason: |base| {
+            format!(
+                "{} has the sticky bit, a shared directory (mode 1755): refused, left as it is",
+                base.join("sticky").display()
+            )
+        },
+    },
+    Case {
+        name: "group-writable",
+        setup: |base| {
+            let dir = base.join("group");
+            fs::create_dir(&dir).unwrap();
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o775)).unwrap();
+            (dir, None)
+        },
+        reason: |base| {
+            format!(
+                "{} is writable by group or others (mode 0775): refused, left as it is",
+                base.join("group").display()
+            )
+        },
     },
 ];
+
+/// Owner and mode of `path` itself (not following a symlink), if it exists.
+fn owner_and_mode(path: &Path) -> Option<(u32, u32)> {
+    fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.uid(), m.mode() & 0o7777))
+}
 
 /// Why this machine cannot run these tests, if it cannot.
 fn cannot_run() -> Option<String> {
@@ -147,6 +220,7 @@ fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
         )
         .unwrap();
 
+        let before = owner_and_mode(&runtime_dir);
         let status = run_watchdog(&base, &config, read_only.as_deref());
         let log = fs::read_to_string(state_dir.join("watchdog.log")).unwrap_or_default();
         assert_eq!(
@@ -168,6 +242,8 @@ fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
             "{}: {log}\nexpected: {expected}",
             case.name
         );
+        // Left exactly as it was: owner and mode unchanged.
+        assert_eq!(owner_and_mode(&runtime_dir), before, "{}", case.name);
         // Nothing was made in its place: no jobs directory, nothing through the symlink.
         assert!(!runtime_dir.join("jobs").exists(), "{}", case.name);
         assert!(!base.join("elsewhere/jobs").exists(), "{}", case.name);

@@ -65,6 +65,14 @@ pub fn run(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The policy is valid; the directories it names must also be usable on this machine.
+    let here = std::fs::read_to_string(path)
+        .map_err(|e| format!("{path}: {e}"))
+        .and_then(|text| config::check_directories_here(&text, path).map_err(|e| e.to_string()));
+    if let Err(message) = here {
+        eprintln!("{message}");
+        return ExitCode::from(1);
+    }
     if options.print {
         println!("{}", config::render(&config));
     }

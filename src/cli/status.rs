@@ -1,5 +1,6 @@
 //! `gpu-mem-quota status`: the jobs watched on this node, per GPU used / quota / peak / state,
-//! from the watchdogs' status files. Users see their own jobs (the files' permissions decide).
+//! from the watchdogs' status files. Users see their own jobs (the files' permissions decide; a
+//! user finds their jobs from their own processes, since `jobs/` cannot be listed).
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -50,7 +51,16 @@ pub fn run(argv: Vec<String>) -> ExitCode {
     // SAFETY: geteuid cannot fail and touches no memory.
     let root = unsafe { libc::geteuid() } == 0;
     let runtime_dir = runtime_dir.as_path();
+    // A user may not list `jobs/` (root 0711): they look up the jobs their own processes are in.
     let node = match report::read_node(runtime_dir, root) {
+        Err(e) if !root && e.kind() == std::io::ErrorKind::PermissionDenied => {
+            // SAFETY: getuid cannot fail and touches no memory.
+            let uid = unsafe { libc::getuid() };
+            report::read_jobs(runtime_dir, &report::jobs_of_user(Path::new("/proc"), uid))
+        }
+        other => other,
+    };
+    let node = match node {
         Ok(node) => node,
         Err(e) => {
             eprintln!("gpu-mem-quota status: cannot read {}: {e}", runtime_dir.display());

@@ -317,6 +317,24 @@ pub fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
     validate::validate(raw, text).map_err(errors)
 }
 
+/// What is wrong, on this machine, with the directories that the valid policy `text` names for
+/// root's files (see [`validate::directories_here`]); `file` names the file in messages.
+pub fn check_directories_here(text: &str, file: &str) -> Result<(), ConfigErrors> {
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| ConfigErrors {
+        file: file.to_string(),
+        errors: vec![error::from_toml(text, &e)],
+    })?;
+    let errors = validate::directories_here(&raw, text);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors {
+            file: file.to_string(),
+            errors,
+        })
+    }
+}
+
 /// Reads and parses the policy file at `path`.
 pub fn load(path: &Path) -> Result<Config, LoadError> {
     load_for_job(path, OnConfigError::FailOpen).map_err(|unusable| unusable.error)

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use toml::{Spanned, Value};
@@ -200,8 +200,18 @@ impl Checker<'_> {
             },
         );
         let nvml_library = self.path(&raw.nvml_library, &key("nvml_library"));
-        let runtime_dir = self.path(&raw.runtime_dir, &key("runtime_dir"));
-        let state_dir = self.path(&raw.state_dir, &key("state_dir"));
+        let runtime_dir = self.parsed(
+            &raw.runtime_dir,
+            &key("runtime_dir"),
+            "\"/run/gpu-mem-quota\"",
+            dedicated_dir,
+        );
+        let state_dir = self.parsed(
+            &raw.state_dir,
+            &key("state_dir"),
+            "\"/var/lib/gpu-mem-quota\"",
+            dedicated_dir,
+        );
         let on_config_error = self.parsed(
             &raw.on_config_error,
             &key("on_config_error"),
@@ -530,6 +540,143 @@ fn absolute_path(text: &str) -> Result<PathBuf, String> {
             text.escape_debug()
         ))
     }
+}
+
+/// Directories a node shares with other programs or users. root creates, replaces and removes
+/// files in `runtime_dir` and `state_dir`, and the watchdog refuses a runtime directory that others
+/// can write: each must be a directory of its own.
+const SHARED_DIRS: &[&str] = &[
+    "/",
+    "/tmp",
+    "/var/tmp",
+    "/dev",
+    "/dev/shm",
+    "/run",
+    "/run/shm",
+    "/run/user",
+    "/run/lock",
+    "/var",
+    "/var/run",
+    "/var/lock",
+    "/var/lib",
+    "/var/log",
+    "/var/spool",
+    "/var/cache",
+    "/var/mail",
+    "/etc",
+    "/usr",
+    "/usr/local",
+    "/opt",
+    "/srv",
+    "/home",
+    "/root",
+    "/mnt",
+    "/media",
+    "/boot",
+    "/proc",
+    "/sys",
+];
+
+/// An absolute path that names a directory of its own: not a well-known shared directory, not a
+/// user's `/run/user/UID`, no `..`.
+fn dedicated_dir(text: &str) -> Result<PathBuf, String> {
+    let path = absolute_path(text)?;
+    if path.components().any(|c| c == Component::ParentDir) {
+        return Err(format!(
+            "'{}' contains '..': name the directory itself",
+            text.escape_debug()
+        ));
+    }
+    // Without "." and repeated or trailing slashes: "/tmp/" and "/tmp/." are /tmp.
+    let plain: PathBuf = path.components().collect();
+    let shared = SHARED_DIRS.iter().any(|d| plain == Path::new(d)) || plain.starts_with("/run/user");
+    if shared {
+        return Err(format!(
+            "'{}' is a directory shared with other programs or users: name one of its own, such \
+             as /run/gpu-mem-quota",
+            text.escape_debug()
+        ));
+    }
+    Ok(path)
+}
+
+/// What is wrong, on this machine, with the directories the policy names for root's files
+/// (`runtime_dir`, `state_dir`, `[metrics] textfile_dir`), one error per key at the key's value.
+/// For `check-config` only: the policy itself is valid anywhere, but this machine's filesystem
+/// may make a directory unusable (the watchdog then refuses it, or its metrics are off).
+pub fn directories_here(raw: &RawConfig, text: &str) -> Vec<ConfigError> {
+    let mut check = Checker {
+        text,
+        errors: Vec::new(),
+    };
+    let keys = [
+        (&raw.enforcement.runtime_dir, "[enforcement] runtime_dir", true),
+        (&raw.enforcement.state_dir, "[enforcement] state_dir", true),
+        (&raw.metrics.textfile_dir, "[metrics] textfile_dir", false),
+    ];
+    for (leaf, key, with_parents) in keys {
+        let Some(value) = leaf.as_ref() else { continue };
+        let Some(dir) = value.get_ref().as_str() else {
+            continue;
+        };
+        if let Some(message) = directory_problem(Path::new(dir), with_parents) {
+            check.report(value.span(), key, message);
+        }
+    }
+    check.errors
+}
+
+/// Why `dir` cannot hold root's files on this machine, if it cannot: when it exists, it must be a
+/// real directory owned by root, writable by nobody else, without the sticky bit; with
+/// `with_parents`, each existing directory above it must be root's and writable by nobody else
+/// too (else someone could make it first, or move it away).
+fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let judge = |meta: &std::fs::Metadata| {
+        let mode = meta.mode() & 0o7777;
+        if meta.uid() != 0 {
+            Some(format!("is owned by uid {}, not root", meta.uid()))
+        } else if mode & 0o022 != 0 {
+            Some(format!("is writable by group or others (mode {mode:04o})"))
+        } else if mode & 0o1000 != 0 {
+            Some(format!(
+                "has the sticky bit, a shared directory (mode {mode:04o})"
+            ))
+        } else {
+            None
+        }
+    };
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Some(format!(
+                "{} is a symlink on this machine: name the directory itself",
+                dir.display()
+            ))
+        }
+        Ok(meta) if !meta.is_dir() => {
+            return Some(format!("{} is not a directory on this machine", dir.display()))
+        }
+        Ok(meta) => {
+            if let Some(why) = judge(&meta) {
+                return Some(format!("{} {why} on this machine", dir.display()));
+            }
+        }
+        Err(_) => {}
+    }
+    if !with_parents {
+        return None;
+    }
+    // The directories above, as the path resolves them (a symlinked /var/run is /run).
+    dir.ancestors().skip(1).find_map(|parent| {
+        let meta = std::fs::metadata(parent).ok()?;
+        judge(&meta).map(|why| {
+            format!(
+                "{} is under {}, which {why} on this machine",
+                dir.display(),
+                parent.display()
+            )
+        })
+    })
 }
 
 /// Why a rule's name can never equal a Slurm user, account, QOS or partition name, if it cannot.

@@ -1,11 +1,12 @@
 //! The node's registry of watched jobs: how the watchdogs of one node see each other.
 //!
 //! ```text
-//! <runtime_dir>/registry/              root 0755
-//!     <job_id>                         one per job with a watchdog here, root 0644, `key=value` lines
-//!     gpu-<uuid>                       the GPU's last preemption (its cooldown), root 0644
+//! <runtime_dir>/registry/              root 0700: only root reads it (it names every job's user,
+//!                                      quota, rank and watchdog)
+//!     <job_id>                         one per job with a watchdog here, root 0600, `key=value` lines
+//!     gpu-<uuid>                       the GPU's last preemption (its cooldown), root 0600
 //!     .lock-<job_id>, .lock-gpu-<uuid> flock files, root 0600
-//!     .<name>.tmp                      a file being replaced (crate::textfile)
+//!     .<name>.<pid>.<n>.tmp            a file being replaced (crate::textfile)
 //! ```
 //! Each watchdog writes its own entry at start, refreshes its heartbeat every interval (an atomic
 //! rewrite: readers see the old entry or the new one) and removes it on the way out. Others only
@@ -15,14 +16,14 @@
 //!   entry records who (`acted_by=`).
 //! - [`Registry::claim_gpu`]: admits one preemption per GPU per cooldown, whichever watchdog acts.
 //!
-//! Nothing here follows a symlink: the directory must be a real directory owned by us (root in
-//! production), files are opened with `O_NOFOLLOW` and must be regular files we own; anything
+//! Nothing here follows a symlink: the runtime directory must pass crate::trusted_dir's rule (never
+//! changed), the registry is opened and set up through its descriptor, files are opened with `O_NOFOLLOW` and must be regular files we own; anything
 //! else is skipped when listing and refused when read directly.
 
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -31,9 +32,12 @@ use super::rank::Rank;
 use super::victim::JobOnGpu;
 use crate::attribute::{same_process, ProcessIdentity};
 use crate::runtime;
-use crate::textfile;
+use crate::textfile::{self, Access};
+use crate::trusted_dir::TrustedDir;
 
 pub const REGISTRY_DIR: &str = "registry";
+/// Only root reads the registry.
+const REGISTRY_MODE: u32 = 0o700;
 /// An entry is a few hundred bytes; anything much larger is not one of ours.
 const MAX_FILE_BYTES: u64 = 4096;
 
@@ -223,34 +227,31 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Opens (creating) `<runtime_dir>/registry`. Refuses a runtime directory or registry that is
-    /// a symlink, not a directory, or owned by someone else.
+    /// Opens (creating) `<runtime_dir>/registry`, ours with mode 0700. Refuses a runtime directory
+    /// that fails crate::trusted_dir's rule and a registry that is a symlink, not a directory, or
+    /// owned by someone else.
     pub fn open(runtime_dir: &Path) -> io::Result<Registry> {
-        let dir = runtime_dir.join(REGISTRY_DIR);
-        for (path, mode) in [(runtime_dir, 0o755), (dir.as_path(), 0o755)] {
-            match fs::DirBuilder::new().mode(mode).create(path) {
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-                _ => {}
-            }
-            let meta = fs::symlink_metadata(path)?;
-            if !meta.file_type().is_dir() || meta.uid() != euid() {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!("{} is not a directory owned by uid {}", path.display(), euid()),
-                ));
-            }
-        }
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
-        Ok(Registry { dir })
+        let dir = runtime::open_runtime_dir(runtime_dir)?.child_dir(REGISTRY_DIR, REGISTRY_MODE)?;
+        Ok(Registry {
+            dir: dir.path().to_path_buf(),
+        })
     }
 
     /// Opens `<runtime_dir>/registry` only if it is there (a node without preemption has none):
-    /// for cleaning up, which must create nothing.
+    /// for cleaning up, which must create nothing (the registry's own mode is still set to 0700).
     pub fn open_existing(runtime_dir: &Path) -> io::Result<Option<Registry>> {
-        if !runtime_dir.join(REGISTRY_DIR).is_dir() {
+        let root = match TrustedDir::open(runtime_dir) {
+            Ok(root) => root,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if root.open_child(REGISTRY_DIR)?.is_none() {
             return Ok(None);
         }
-        Registry::open(runtime_dir).map(Some)
+        let dir = root.child_dir(REGISTRY_DIR, REGISTRY_MODE)?;
+        Ok(Some(Registry {
+            dir: dir.path().to_path_buf(),
+        }))
     }
 
     pub fn dir(&self) -> &Path {
@@ -271,7 +272,12 @@ impl Registry {
         if let Some(bad) = bad {
             return Err(invalid(format!("job {}: cannot register {bad}", entry.job_id)));
         }
-        textfile::write_atomically(&self.dir, &entry.job_id.to_string(), &entry.render())
+        textfile::write_atomically_as(
+            &self.dir,
+            &entry.job_id.to_string(),
+            &entry.render(),
+            Access::ROOT_ONLY,
+        )
     }
 
     /// The watchdog's refresh each interval: a new heartbeat, the entry rewritten.
@@ -415,10 +421,11 @@ impl Registry {
         let admitted = state.try_record(victim, now, cooldown);
         if admitted.is_ok() {
             let last = state.last.expect("just recorded");
-            textfile::write_atomically(
+            textfile::write_atomically_as(
                 &self.dir,
                 &gpu_file(uuid),
                 &format!("victim={}\nat={}\n", last.victim, last.at),
+                Access::ROOT_ONLY,
             )?;
         }
         drop(lock);

@@ -1,9 +1,11 @@
 //! `gpu-mem-quota status`: the jobs watched on this node, from their watchdogs' status files
 //! (`<runtime_dir>/jobs/<id>/status.json`, see src/runtime.rs and src/watchdog/status.rs).
 //!
-//! [`read_node`] does the file reading; everything else is pure. Each job's directory is
-//! `root:<job's group> 0750`, so a user can read their own jobs only: the others are skipped
-//! without a word, as if absent, and counted for root only (who can read everything anyway).
+//! [`read_node`], [`read_jobs`] and [`jobs_of_user`] do the reading; everything else is pure.
+//! `jobs/` and each job's directory are root 0711 and a status file is its job's user's, 0400: root
+//! lists `jobs/` ([`read_node`]); a user cannot, so their jobs come from their own processes
+//! ([`jobs_of_user`]) and only those status files are opened ([`read_jobs`]). A user never sees
+//! another user's job: its file cannot be opened, and it is skipped as if absent.
 //! The reader takes the fields the watchdog writes today (job-level `state` and `quota_bytes`)
 //! and the per-GPU `quota_bytes`/`state` that docs/HINTS.md describes, and ignores other fields.
 
@@ -133,6 +135,56 @@ pub fn read_node(runtime_dir: &Path, count_unreadable: bool) -> io::Result<NodeS
     node.without_status.sort_unstable();
     node.broken.sort();
     Ok(node)
+}
+
+/// Reads the status files of `jobs` (for a caller who may not list `jobs/`: a user, with the jobs
+/// of [`jobs_of_user`]). A job without a directory here is not watched on this node and left out;
+/// a file the caller may not read is left out too.
+pub fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
+    let mut node = NodeStatus::default();
+    match std::fs::metadata(runtime::jobs_dir(runtime_dir)) {
+        Ok(_) => node.present = true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(node),
+        Err(e) => return Err(e),
+    }
+    let mut jobs = jobs.to_vec();
+    jobs.sort_unstable();
+    jobs.dedup();
+    for job_id in jobs {
+        if !runtime::job_dir(runtime_dir, job_id).is_dir() {
+            continue;
+        }
+        match read_capped(&runtime::status_file(runtime_dir, job_id)) {
+            Ok(text) => match parse_status(job_id, &text) {
+                Ok(status) => node.jobs.push(status),
+                Err(why) => node.broken.push((job_id, why)),
+            },
+            Err(e) if e.kind() == io::ErrorKind::NotFound => node.without_status.push(job_id),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {}
+            Err(e) => node.broken.push((job_id, e.to_string())),
+        }
+    }
+    Ok(node)
+}
+
+/// The jobs that the processes of `uid` on this node belong to (by cgroup, else by ancestry, as
+/// the watchdog attributes them), read from `proc_root`.
+pub fn jobs_of_user(proc_root: &Path, uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(listing) = std::fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let mut jobs: Vec<u32> = listing
+        .filter_map(Result::ok)
+        .filter_map(|item| {
+            let pid = item.file_name().to_str()?.parse::<u32>().ok()?;
+            (item.metadata().ok()?.uid() == uid).then_some(pid)
+        })
+        .filter_map(|pid| crate::attribute::owner_of(proc_root, pid).job_id())
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    jobs
 }
 
 fn read_capped(path: &Path) -> io::Result<String> {

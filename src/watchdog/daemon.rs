@@ -106,6 +106,8 @@ fn jittered(interval: Duration, unit: f64) -> Duration {
 struct LogReporter {
     log: Log,
     dir: PathBuf,
+    /// The job's user: the status file is theirs to read, and nobody else's.
+    status_reader: u32,
     last_status: Option<Status>,
     last_written: Option<Instant>,
 }
@@ -138,7 +140,10 @@ impl Reporter for LogReporter {
         {
             return;
         }
-        if let Err(e) = textfile::write_atomically(&self.dir, runtime::STATUS_FILE, &status.to_json()) {
+        let access = textfile::Access::read_only_by(self.status_reader);
+        if let Err(e) =
+            textfile::write_atomically_as(&self.dir, runtime::STATUS_FILE, &status.to_json(), access)
+        {
             self.log.error(&format!(
                 "cannot write the status file in {}: {e}",
                 self.dir.display()
@@ -167,7 +172,7 @@ pub fn run(params: Params) -> ExitCode {
     };
     let settings = policy.enforcement.clone();
     let mut log = Log::open(params.job_id, settings.state_dir.clone());
-    let dir = match runtime::create_job_dir(&settings.runtime_dir, params.job_id, params.gid) {
+    let dir = match runtime::create_job_dir(&settings.runtime_dir, params.job_id) {
         Ok(dir) => dir,
         Err(e) => {
             log.error(&format!(
@@ -205,7 +210,7 @@ pub fn run(params: Params) -> ExitCode {
     let (removed, errors) =
         super::leftovers::sweep(&settings.runtime_dir, policy.metrics.textfile_dir.as_deref());
     for what in removed {
-        log.info(&format!("removed the {what}: its job has left this node"));
+        log.info(&format!("removed the {what}"));
     }
     for e in errors {
         log.warning(&format!("sweeping what gone jobs left: {e}"));
@@ -220,7 +225,7 @@ pub fn run(params: Params) -> ExitCode {
     };
     let node = hostname();
     let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
-    let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id);
+    let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
     let job = control.job();
     if let Err(e) = &job {
         log.error(&format!("cannot read the job from slurmctld: {e}"));
@@ -233,6 +238,7 @@ pub fn run(params: Params) -> ExitCode {
     let mut reporter = LogReporter {
         log,
         dir: dir.clone(),
+        status_reader: params.uid,
         last_status: None,
         last_written: None,
     };
@@ -339,7 +345,8 @@ pub fn run(params: Params) -> ExitCode {
             watchdog.keep_record_current(Instant::now(), &mut control, &mut reporter);
             metrics.write(&watchdog.metrics(&user), &mut reporter);
             if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
-                if let Err(e) = textfile::write_atomically(&dir, runtime::RECORD_FILE, &text) {
+                let access = textfile::Access::ROOT_ONLY;
+                if let Err(e) = textfile::write_atomically_as(&dir, runtime::RECORD_FILE, &text, access) {
                     reporter.error(&format!("cannot keep the record in {}: {e}", dir.display()));
                 }
                 last_record = Some(text);
@@ -402,9 +409,18 @@ struct Metrics {
 }
 
 impl Metrics {
-    fn new(dir: Option<PathBuf>, job_id: u32) -> Metrics {
-        // A directory that is not there means no node_exporter here: no metrics, no noise.
-        let dir = dir.filter(|d| d.is_dir());
+    fn new(dir: Option<PathBuf>, job_id: u32, log: &mut Log) -> Metrics {
+        // A directory that is not there means no node_exporter here: no metrics, no noise. One
+        // that someone else could change (a symlink, not root's, group/other-writable) is refused:
+        // root's writes and unlinks there could be pointed anywhere (crate::trusted_dir).
+        let dir = dir.filter(|d| match crate::trusted_dir::TrustedDir::open(d) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                log.warning(&format!("metrics off for this job: {e}"));
+                false
+            }
+        });
         Metrics {
             dir,
             name: crate::metrics::file_name(job_id),

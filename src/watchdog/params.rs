@@ -9,7 +9,10 @@ use crate::size::ByteSize;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {
     pub job_id: u32,
+    /// The job's user: the status file is theirs to read (mode 0400), and nobody else's.
     pub uid: u32,
+    /// The job's primary group. No file is the group's any more (users often share one); kept so
+    /// that a plugin and a watchdog of different versions agree on the command line.
     pub gid: u32,
     /// The quota per GPU; `None`: record and report only.
     pub quota: Option<ByteSize>,
