@@ -56,7 +56,10 @@ pub fn run(argv: Vec<String>) -> ExitCode {
         Err(e) if !root && e.kind() == std::io::ErrorKind::PermissionDenied => {
             // SAFETY: getuid cannot fail and touches no memory.
             let uid = unsafe { libc::getuid() };
-            report::read_jobs(runtime_dir, &report::jobs_of_user(Path::new("/proc"), uid))
+            report::read_jobs(
+                runtime_dir,
+                &report::jobs_of_user(Path::new("/proc"), Path::new("/sys/fs/cgroup"), uid),
+            )
         }
         other => other,
     };

@@ -167,9 +167,10 @@ pub fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
     Ok(node)
 }
 
-/// The jobs that the processes of `uid` on this node belong to (by cgroup, else by ancestry, as
-/// the watchdog attributes them), read from `proc_root`.
-pub fn jobs_of_user(proc_root: &Path, uid: u32) -> Vec<u32> {
+/// The jobs that the processes of `uid` on this node belong to (every job that claims one, by
+/// cgroup, else by ancestry, as the watchdog attributes them), read from `proc_root` and
+/// `cgroup_root`.
+pub fn jobs_of_user(proc_root: &Path, cgroup_root: &Path, uid: u32) -> Vec<u32> {
     use std::os::unix::fs::MetadataExt;
     let Ok(listing) = std::fs::read_dir(proc_root) else {
         return Vec::new();
@@ -180,7 +181,10 @@ pub fn jobs_of_user(proc_root: &Path, uid: u32) -> Vec<u32> {
             let pid = item.file_name().to_str()?.parse::<u32>().ok()?;
             (item.metadata().ok()?.uid() == uid).then_some(pid)
         })
-        .filter_map(|pid| crate::attribute::owner_of(proc_root, pid).job_id())
+        .flat_map(|pid| {
+            let owner = crate::attribute::owner_of(proc_root, cgroup_root, pid);
+            owner.claims().iter().map(|c| c.job_id).collect::<Vec<_>>()
+        })
         .collect();
     jobs.sort_unstable();
     jobs.dedup();
