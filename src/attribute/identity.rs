@@ -1,5 +1,7 @@
 //! A process, not just a pid: pids are reused, a (pid, start time) pair is not.
 
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use super::procfs::read_stat;
@@ -26,4 +28,76 @@ pub fn identify(proc_root: &Path, pid: u32) -> Option<ProcessIdentity> {
 /// `/proc/PID/stat`. A process that has exited but not yet been reaped (a zombie) still counts.
 pub fn same_process(proc_root: &Path, process: &ProcessIdentity) -> bool {
     identify(proc_root, process.pid).as_ref() == Some(process)
+}
+
+/// Sends `signal` to `process`, never to another process that took its pid: the pid is pinned with
+/// a pidfd (Linux 5.3+) before its start time is checked, and the signal goes through the pidfd.
+/// On a kernel without pidfds: check, then `kill` (the race is a pid reused in between).
+/// `ESRCH` when the process is gone (or its pid is another process's now).
+pub fn signal(proc_root: &Path, process: &ProcessIdentity, signal: i32) -> io::Result<()> {
+    let gone = || io::Error::from_raw_os_error(libc::ESRCH);
+    let pid = libc::pid_t::try_from(process.pid).map_err(|_| gone())?;
+    // SAFETY: plain syscall; on success it returns a new descriptor that we own.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if raw < 0 {
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(error);
+        }
+        if !same_process(proc_root, process) {
+            return Err(gone());
+        }
+        // SAFETY: plain syscall on a pid just checked.
+        return match unsafe { libc::kill(pid, signal) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        };
+    }
+    // SAFETY: `raw` is a descriptor pidfd_open just gave us; OwnedFd closes it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    if !same_process(proc_root, process) {
+        return Err(gone());
+    }
+    // SAFETY: plain syscall on our pidfd; no siginfo.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    match sent {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+#[cfg(test)]
+mod signal_tests {
+    use super::*;
+    use std::process::Command;
+
+    #[test]
+    fn a_process_is_signalled_and_a_reused_identity_is_not() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let proc_root = Path::new("/proc");
+        let me = identify(proc_root, child.id()).unwrap();
+        // Another start time: the pid names another process now; nothing is sent.
+        let stale = ProcessIdentity {
+            start_time: me.start_time.wrapping_sub(1),
+            ..me
+        };
+        let error = signal(proc_root, &stale, libc::SIGTERM).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::ESRCH));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "signalled through a stale identity"
+        );
+        signal(proc_root, &me, libc::SIGTERM).unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
 }

@@ -61,7 +61,7 @@ mod v1_owner;
 use std::path::Path;
 
 pub use cgroup::Level;
-pub use identity::{identify, same_process, ProcessIdentity};
+pub use identity::{identify, same_process, signal, ProcessIdentity};
 pub use job_cgroup::{job_active_on_node, job_cgroup, JobCgroup};
 pub use step::Step;
 

@@ -60,11 +60,13 @@ impl Default for SlurmTools {
 impl SlurmTools {
     /// The tools in the first of [`SEARCH_DIRS`] that holds `scontrol`; `/usr/bin` if none does
     /// (the commands then fail with [`CtlError::NotFound`] naming it).
+    /// Only a directory and a `scontrol` that root alone can change are taken (H4: a `staff`-
+    /// writable `/usr/local/bin` would otherwise choose what root runs).
     pub fn find() -> Self {
         let dir = SEARCH_DIRS
             .iter()
             .map(Path::new)
-            .find(|dir| dir.join("scontrol").is_file());
+            .find(|dir| only_root_can_change(dir) && only_root_can_change(&dir.join("scontrol")));
         SlurmTools::in_dir(dir.unwrap_or(Path::new(SEARCH_DIRS[0])))
     }
 
@@ -286,6 +288,12 @@ impl SlurmTools {
     }
 }
 
+/// Whether `path` (followed, as exec follows it) is owned by root and writable by no one else.
+fn only_root_can_change(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
+}
+
 /// Why [`SlurmTools::set_admin_comment`] will not write `text`.
 fn check_admin_comment(text: &str) -> Result<(), CtlError> {
     let refuse = |why: String| Err(CtlError::InvalidArgument(format!("AdminComment {why}")));
@@ -350,4 +358,31 @@ fn shorten(text: &str, bytes: usize) -> &str {
 
 fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|w| w.to_string()).collect()
+}
+
+#[cfg(test)]
+mod trust_tests {
+    use super::only_root_can_change;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_tool_others_can_change_is_not_run() {
+        let dir = std::env::temp_dir().join(format!("tools-trust-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let tool = dir.join("scontrol");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        let root = is_root();
+        for (mode, trusted) in [(0o755, root), (0o775, false), (0o757, false)] {
+            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(only_root_can_change(&tool), trusted, "{mode:o}");
+        }
+        assert!(!only_root_can_change(&dir.join("absent")));
+        assert!(only_root_can_change(std::path::Path::new("/usr")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: no arguments.
+        unsafe { libc::geteuid() == 0 }
+    }
 }

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 use super::handle::Spank;
 use super::{log, options};
 use crate::admission::{self, NodeVerdict};
-use crate::attribute::same_process;
+use crate::attribute::{same_process, signal};
 use crate::config;
 use crate::hints;
 use crate::job_env;
@@ -254,10 +254,8 @@ pub fn exit(spank: &Spank) -> Result<(), String> {
         record_at_job_end(job, &runtime_dir);
     }
     match runtime::read_pid_file(&runtime_dir, job) {
-        Some(watchdog) if same_process(Path::new("/proc"), &watchdog) => {
-            // SAFETY: kill on a pid verified by its start time to be the job's watchdog.
-            unsafe { libc::kill(watchdog.pid as libc::pid_t, libc::SIGTERM) };
-        }
+        // Through a pidfd, to the very process the pid file names (pid and start time).
+        Some(watchdog) if signal(Path::new("/proc"), &watchdog, libc::SIGTERM).is_ok() => {}
         // Not running (it died, or never started): its files must not outlive the job, the
         // runtime directory nor the metrics file (node_exporter would export a dead job's last
         // sample for ever) nor its preemption registry entry.

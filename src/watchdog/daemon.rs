@@ -467,9 +467,12 @@ fn signal_job(
     let mut sent = 0;
     for &pid in pids {
         let owner = attribute::owner_of(proc_root, cgroup_root, pid);
-        if attribute::counts_for_job(&owner, job_id, uid, true) {
-            // SAFETY: kill on a pid just verified to count for this job.
-            if unsafe { libc::kill(pid as libc::pid_t, signal) } == 0 {
+        if !attribute::counts_for_job(&owner, job_id, uid, true) {
+            continue;
+        }
+        // Through a pidfd, to the very process just checked (H3).
+        if let Some(process) = owner.process() {
+            if attribute::signal(proc_root, &process, signal).is_ok() {
                 sent += 1;
             }
         }

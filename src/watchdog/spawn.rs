@@ -6,11 +6,31 @@
 //! `execve` only async-signal-safe system calls run. The child double-forks (slurmstepd reaps its
 //! children with wait3 and must not wait for ours), calls `setsid`, unblocks every signal and
 //! restores default dispositions, points stdin/stdout/stderr at /dev/null, closes every other
-//! descriptor, resets `oom_score_adj` to 0 and executes the watchdog with a clean environment.
+//! descriptor, sets `oom_score_adj` to -500 (see [`OOM_SCORE_ADJ`]) and executes the watchdog with a clean environment.
 
 use std::ffi::{CString, NulError};
 use std::io;
 use std::path::Path;
+
+/// The watchdog's `oom_score_adj`: not slurmstepd's -1000 (the kernel must be able to end it),
+/// but below the job's own processes (0), which share its memory cgroup: a job that fills its
+/// memory limit loses one of its own processes to the OOM killer before its watchdog (H7).
+const OOM_SCORE_ADJ: &[u8] = b"-500\n";
+
+/// The most descriptors the process may have open (`RLIMIT_NOFILE`), at most 2^20.
+fn open_max() -> libc::c_int {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `limit`, which we own.
+    let known = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    if known {
+        limit.rlim_cur.clamp(1024, 1 << 20) as libc::c_int
+    } else {
+        1 << 20
+    }
+}
 
 /// The environment the watchdog gets: a fixed PATH and, when set, where Slurm's config lives.
 pub fn clean_environment(slurm_conf: Option<&str>) -> Vec<String> {
@@ -41,6 +61,9 @@ pub fn spawn_detached(program: &Path, args: &[String], env: &[String]) -> io::Re
     envp.push(std::ptr::null());
     let dev_null = c"/dev/null";
     let oom_score_adj = c"/proc/self/oom_score_adj";
+    // Where close_range is missing: every descriptor below slurmstepd's limit (often far above
+    // 65536), read now: getrlimit is not on the async-signal-safe list.
+    let open_max = open_max();
 
     // SAFETY: fork in a multi-threaded process; the child only makes async-signal-safe calls on
     // memory prepared above, then execs or _exits.
@@ -61,7 +84,7 @@ pub fn spawn_detached(program: &Path, args: &[String], env: &[String]) -> io::Re
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
             let mut default: libc::sigaction = std::mem::zeroed();
             default.sa_sigaction = libc::SIG_DFL;
-            for signal in 1..libc::SIGRTMAX() {
+            for signal in 1..=libc::SIGRTMAX() {
                 if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                     libc::sigaction(signal, &default, std::ptr::null_mut());
                 }
@@ -74,13 +97,13 @@ pub fn spawn_detached(program: &Path, args: &[String], env: &[String]) -> io::Re
             }
             // Every other descriptor: close_range(3, ~0) where the kernel has it, else one by one.
             if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
-                for fd in 3..65536 {
+                for fd in 3..open_max {
                     libc::close(fd);
                 }
             }
             let adj = libc::open(oom_score_adj.as_ptr(), libc::O_WRONLY);
             if adj >= 0 {
-                libc::write(adj, b"0\n".as_ptr().cast(), 2);
+                libc::write(adj, OOM_SCORE_ADJ.as_ptr().cast(), OOM_SCORE_ADJ.len());
                 libc::close(adj);
             }
             libc::chdir(c"/".as_ptr());
