@@ -712,3 +712,34 @@ fn a_process_moved_into_another_job_of_the_user_is_held_to_the_quota() {
     );
     assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
 }
+
+/// The node's GPU 3 (`/dev/nvidia3`), the only GPU the job sees (as its device 0).
+struct NodeGpuThree;
+
+impl GpuSource for NodeGpuThree {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
+        let mut gpu = one_gpu(12 * G, 0).remove(0);
+        gpu.index = 3;
+        Ok(vec![gpu])
+    }
+
+    fn gpu_total(&self) -> Option<u64> {
+        Some(80 * G)
+    }
+}
+
+#[test]
+fn the_gpu_is_named_by_the_nodes_number_in_metrics_record_and_status() {
+    // Defect 3: one meaning everywhere, the node's GPU number (not the job's CUDA ordinal 0).
+    let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    let (mut slurm, mut lines) = (FakeSlurm::default(), Lines::default());
+    watchdog.tick(Instant::now(), &mut NodeGpuThree, &mut ByPid, &mut slurm, &mut lines);
+    let metrics = gpu_mem_quota::metrics::render(&watchdog.metrics("alice"));
+    assert!(metrics.contains("gpu=\"3\""), "{metrics}");
+    assert!(!metrics.contains("gpu=\"0\""), "{metrics}");
+    let record = watchdog.record_text().unwrap();
+    assert!(record.contains(",g3=12G/"), "{record}");
+    let status = watchdog.status(Some(40 * G));
+    assert_eq!(status.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [3]);
+}
