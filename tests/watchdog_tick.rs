@@ -734,7 +734,13 @@ fn the_gpu_is_named_by_the_nodes_number_in_metrics_record_and_status() {
     let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
     let (mut slurm, mut lines) = (FakeSlurm::default(), Lines::default());
-    watchdog.tick(Instant::now(), &mut NodeGpuThree, &mut ByPid, &mut slurm, &mut lines);
+    watchdog.tick(
+        Instant::now(),
+        &mut NodeGpuThree,
+        &mut ByPid,
+        &mut slurm,
+        &mut lines,
+    );
     let metrics = gpu_mem_quota::metrics::render(&watchdog.metrics("alice"));
     assert!(metrics.contains("gpu=\"3\""), "{metrics}");
     assert!(!metrics.contains("gpu=\"0\""), "{metrics}");

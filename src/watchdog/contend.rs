@@ -116,10 +116,10 @@ impl Contender {
         };
         let mine: Vec<&GpuSample> = samples.iter().filter(|g| self.entry.uses_gpu(&g.uuid)).collect();
         for gpu in mine {
-            let used_by = self.usage_by_job(gpu);
-            let jobs = entries
+            let on_gpu: Vec<&Entry> = entries.iter().filter(|e| e.uses_gpu(&gpu.uuid)).collect();
+            let used_by = self.usage_by_job(gpu, &on_gpu);
+            let jobs = on_gpu
                 .iter()
-                .filter(|e| e.uses_gpu(&gpu.uuid))
                 .map(|e| e.on_gpu(used_by.get(&e.job_id).copied().unwrap_or(0)))
                 .collect();
             let snapshot = crate::preempt::GpuSnapshot {
@@ -157,17 +157,30 @@ impl Contender {
         false
     }
 
-    /// Bytes each job's processes hold on this GPU: a process counts toward every job that claims
-    /// it (a process a user moved between their jobs counts for each). Processes of no job count
-    /// toward no one here: the registry knows users by name, not uid (each job's own watchdog
-    /// counts them against its quota, see `attribute::counts_for_job`).
-    fn usage_by_job(&self, gpu: &GpuSample) -> BTreeMap<u32, u64> {
+    /// Bytes each job on this GPU (`on_gpu`, from the registry) is held to: a process counts for
+    /// a job by the same rule as the job's own watchdog applies (`attribute::counts_for_job`),
+    /// so a process moved between a user's jobs counts for each, and one that left its job (a
+    /// daemon under linuxproc) counts for its user's jobs on this GPU. The registry knows users by
+    /// name: the process's uid is named through passwd.
+    fn usage_by_job(&self, gpu: &GpuSample, on_gpu: &[&Entry]) -> BTreeMap<u32, u64> {
         let mut used = BTreeMap::new();
         for p in &gpu.processes {
             let owner = attribute::owner_of(&self.proc_root, &self.cgroup_root, p.pid);
-            for claim in owner.claims() {
-                let bytes = used.entry(claim.job_id).or_insert(0u64);
-                *bytes = bytes.saturating_add(p.used.unwrap_or(0));
+            let attribute::Owner::Process { real_uid, .. } = &owner else {
+                continue;
+            };
+            let user = crate::passwd::user_name(*real_uid);
+            for job in on_gpu {
+                // Another user's job: its uid is not this process's (the rule then looks at claims only).
+                let job_uid = if user.as_deref() == Some(job.user.as_str()) {
+                    *real_uid
+                } else {
+                    real_uid.wrapping_add(1)
+                };
+                if attribute::counts_for_job(&owner, job.job_id, job_uid, true) {
+                    let bytes = used.entry(job.job_id).or_insert(0u64);
+                    *bytes = bytes.saturating_add(p.used.unwrap_or(0));
+                }
             }
         }
         used
