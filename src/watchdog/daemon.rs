@@ -158,7 +158,7 @@ impl Reporter for LogReporter {
 fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, String> {
     let job = control.job()?;
     let running = matches!(job.state.as_str(), "RUNNING" | "SUSPENDED" | "CONFIGURING");
-    Ok(running && run.is_none_or(|r| r == job.restarts))
+    Ok(running && run.map_or(true, |r| r == job.restarts))
 }
 
 pub fn run(params: Params) -> ExitCode {
@@ -554,12 +554,11 @@ fn gpus_on_node(
         }
     };
     // A node whose Slurm name is not its host name: a one-node job's details are this node's.
-    let here = record
-        .gpus_on(node)
-        .or_else(|| match record.gpus_by_node.as_slice() {
-            [only] if record.nodes.len() == 1 => Some(only.as_slice()),
-            _ => None,
-        });
+    let only_node = match record.gpus_by_node.as_slice() {
+        [only] if record.nodes.len() == 1 => Some(only.as_slice()),
+        _ => None,
+    };
+    let here = record.gpus_on(node).or(only_node);
     let Some(here) = here else {
         log.warning(&format!(
             "slurmctld's record of the job has no GPU details for node {node}: watching the GPUs \
