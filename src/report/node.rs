@@ -119,16 +119,8 @@ pub fn read_node(runtime_dir: &Path, count_unreadable: bool) -> io::Result<NodeS
         let Some(job_id) = item.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        match read_capped(&runtime::status_file(runtime_dir, job_id)) {
-            Ok(text) => match parse_status(job_id, &text) {
-                Ok(status) => node.jobs.push(status),
-                Err(why) => node.broken.push((job_id, why)),
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => node.without_status.push(job_id),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                node.unreadable += usize::from(count_unreadable);
-            }
-            Err(e) => node.broken.push((job_id, e.to_string())),
+        if !read_status_into(&mut node, runtime_dir, job_id) {
+            node.unreadable += usize::from(count_unreadable);
         }
     }
     node.jobs.sort_by_key(|j| j.job_id);
@@ -154,15 +146,8 @@ pub fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
         if !runtime::job_dir(runtime_dir, job_id).is_dir() {
             continue;
         }
-        match read_capped(&runtime::status_file(runtime_dir, job_id)) {
-            Ok(text) => match parse_status(job_id, &text) {
-                Ok(status) => node.jobs.push(status),
-                Err(why) => node.broken.push((job_id, why)),
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => node.without_status.push(job_id),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {}
-            Err(e) => node.broken.push((job_id, e.to_string())),
-        }
+        // Not the caller's to read: left out.
+        read_status_into(&mut node, runtime_dir, job_id);
     }
     Ok(node)
 }
@@ -189,6 +174,20 @@ pub fn jobs_of_user(proc_root: &Path, cgroup_root: &Path, uid: u32) -> Vec<u32> 
     jobs.sort_unstable();
     jobs.dedup();
     jobs
+}
+
+/// Adds job `job_id`'s status (or why it has none) to `node`; false when the caller may not read it.
+fn read_status_into(node: &mut NodeStatus, runtime_dir: &Path, job_id: u32) -> bool {
+    match read_capped(&runtime::status_file(runtime_dir, job_id)) {
+        Ok(text) => match parse_status(job_id, &text) {
+            Ok(status) => node.jobs.push(status),
+            Err(why) => node.broken.push((job_id, why)),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => node.without_status.push(job_id),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return false,
+        Err(e) => node.broken.push((job_id, e.to_string())),
+    }
+    true
 }
 
 fn read_capped(path: &Path) -> io::Result<String> {
