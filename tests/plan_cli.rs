@@ -141,6 +141,12 @@ fn help_lists_every_option() {
         "--precision",
         "--optimizer",
         "--optimizer-impl",
+        "--galore-rank",
+        "--optimizer-in-backward",
+        "--keep-grads",
+        "--loss-impl",
+        "--compile",
+        "--activation-offload",
         "--micro-batch",
         "--seq",
         "--grad-accum",
@@ -212,6 +218,16 @@ fn command_line_errors() {
         (&["--model", "gpt2", "--qlora"], "--qlora needs --lora-rank"),
         (&["--model", "gpt2", "--params", "7B"], "not both"),
         (&["--params", "lots"], "invalid --params 'lots'"),
+        (&["--params", "1e15"], "more than the planner accepts"),
+        (&["--params", "7B", "--hidden", "4096"], "not both"),
+        (
+            &["--model", "gpt2", "--galore-rank", "8"],
+            "--galore-rank needs --optimizer galore",
+        ),
+        (
+            &["--model", "gpt2", "--loss-impl", "magic"],
+            "invalid --loss-impl 'magic'",
+        ),
         (
             &["--model", "gpt2", "--layers", "x"],
             "invalid --layers 'x': expected a whole number",
@@ -234,4 +250,50 @@ fn params_only_plans_model_states() {
     let text = stdout(&out);
     assert!(text.contains("activations not estimated"), "{text}");
     assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn params_with_layers_and_new_options() {
+    let out = run(&["--params", "7.5B", "--layers", "75", "--zero", "3", "--dp", "64"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("7500000000 parameters in 75 layers"));
+    let out = run(&[
+        "--model",
+        "llama-3.2-3b",
+        "--precision",
+        "bf16",
+        "--seq",
+        "4096",
+        "--micro-batch",
+        "2",
+        "--compile",
+        "--loss-impl",
+        "chunked",
+        "--checkpointing",
+        "full",
+        "--optimizer-in-backward",
+        "--activation-offload",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json = stdout(&out);
+    for key in [
+        "\"compile\":true",
+        "\"activation_offload\":true",
+        "\"optimizer_in_backward\":true",
+        "\"loss_impl\":\"chunked\"",
+        "recommended_quota_margin_bytes",
+    ] {
+        assert!(json.contains(key), "{key}: {json}");
+    }
+    let out = run(&[
+        "--model",
+        "llama-2-7b",
+        "--optimizer",
+        "galore",
+        "--galore-rank",
+        "256",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("GaLore rank 256"));
 }

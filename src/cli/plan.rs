@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::args::{parse, Parsed};
-use crate::plan::framework::StepKernel;
+use crate::plan::framework::{LossKernel, StepKernel};
 use crate::plan::presets;
 use crate::plan::report;
 use crate::plan::shape::{custom, Head, ModelShape};
@@ -28,6 +28,8 @@ const VALUE_KEYS: &[&str] = &[
     "precision",
     "optimizer",
     "optimizer-impl",
+    "galore-rank",
+    "loss-impl",
     "zero",
     "dp",
     "tp",
@@ -43,7 +45,22 @@ const VALUE_KEYS: &[&str] = &[
     "quota",
     "cuda-context",
 ];
-const FLAG_KEYS: &[&str] = &["sp", "fsdp", "flash", "no-flash", "qlora", "json", "help"];
+const FLAG_KEYS: &[&str] = &[
+    "sp",
+    "fsdp",
+    "flash",
+    "no-flash",
+    "qlora",
+    "compile",
+    "activation-offload",
+    "optimizer-in-backward",
+    "keep-grads",
+    "json",
+    "help",
+];
+
+/// GaLore's rank when `--galore-rank` is not given: the galore_torch README's example (rank 128).
+const DEFAULT_GALORE_RANK: u64 = 128;
 
 fn help() -> String {
     let names = match presets::all() {
@@ -59,7 +76,9 @@ The model and every term's source: docs/PLAN.md.
 
 Model
   --model NAME          a preset: {names}
-  --params N            parameter count only (7.5B, 350M, 6.74e9): model states, no activations
+  --params N            parameter count only (7.5B, 350M, 6.74e9; at most 10T): model states,
+                        no activations; ZeRO-3/FSDP units are layers of the usual depth for the
+                        count (hidden = 128 x layers), or of --layers L given with it
   --layers N --hidden N --heads N --vocab N
                         a custom Llama-style shape, or overrides of a preset's dimensions
   --kv-heads N          key/value heads (grouped-query attention); default: --heads
@@ -69,13 +88,26 @@ Model
 Training
   --precision P         fp32 | amp (autocast, fp32 weights) | mixed (16-bit weights, fp32 master;
                         default) | bf16 (pure bf16) | fp8 (Transformer Engine GEMMs)
-  --optimizer O         adamw (default) | adam8bit | sgd | sgd-momentum | adafactor
+  --optimizer O         adamw (default) | adam8bit | sgd | sgd-momentum | adafactor |
+                        galore (GaLore AdamW on the layers' weight matrices)
+  --galore-rank R       GaLore projection rank (default 128; needs --optimizer galore)
   --optimizer-impl I    loop | foreach | fused; default: the framework's (pytorch: foreach)
+  --optimizer-in-backward
+                        each parameter's step runs in backward and frees its gradient
+                        (torchtune optimizer_in_bwd; needs --grad-accum 1)
+  --keep-grads          gradients stay allocated between steps (zero_grad(set_to_none=False),
+                        PyTorch < 2.0); default: kept by megatron/deepspeed and with
+                        --grad-accum > 1, freed otherwise
+  --loss-impl L         upcast (fp32 copy of the logits; pytorch, deepspeed default) |
+                        vocab-parallel (megatron default) | chunked (torchtune
+                        CEWithChunkedOutputLoss) | fused-linear (Liger, Cut Cross-Entropy)
   --micro-batch N       samples per GPU per forward pass (default 1)
   --seq N               sequence length in tokens (default 2048)
   --grad-accum N        gradient accumulation steps (default 1)
   --checkpointing C     none (default) | selective | full activation recomputation
   --flash, --no-flash   fused attention that stores no score matrix (default: on)
+  --compile             torch.compile: the compiled layers store fewer activations
+  --activation-offload  saved activations go to CPU memory, 2 layers' worth stay on the GPU
   --lora-rank R         LoRA adapters of rank R on a frozen base
   --lora-targets T      qv | attn | all (default all linear layers)
   --qlora               QLoRA: the frozen base's linear weights in 4-bit NF4 (needs --lora-rank)
@@ -195,6 +227,13 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
     }
     let value: f64 = number.parse().map_err(|_| bad())?;
     let count = (value * scale).round();
+    if count > crate::plan::MAX_PARAMS as f64 && count.is_finite() {
+        return Err(format!(
+            "--params {} is more than the planner accepts ({}, 10 trillion parameters)",
+            text.escape_debug(),
+            crate::plan::MAX_PARAMS
+        ));
+    }
     if !(1.0..=1e15).contains(&count) {
         return Err(bad());
     }
@@ -213,14 +252,18 @@ fn size(p: &Parsed, key: &str) -> Result<Option<u64>, String> {
 const SHAPE_KEYS: &[&str] = &["layers", "hidden", "heads", "kv-heads", "ffn", "vocab"];
 
 fn model_from(p: &Parsed) -> Result<Model, String> {
-    let shape_given = SHAPE_KEYS.iter().any(|k| p.value(k).is_some());
     if let Some(text) = p.value("params") {
-        if p.value("model").is_some() || shape_given {
+        let only_layers = SHAPE_KEYS.iter().all(|k| *k == "layers" || p.value(k).is_none());
+        if p.value("model").is_some() || !only_layers {
             return Err(
-                "--params: give a parameter count or a model shape (--model, --layers ...), not both".into(),
+                "--params: give a parameter count (and optionally --layers) or a model shape (--model, --hidden ...), not both".into(),
             );
         }
-        return Ok(Model::ParamsOnly(parse_count(text)?));
+        let params = parse_count(text)?;
+        return Ok(match number(p, "layers")? {
+            Some(layers) => Model::ParamsLayers { params, layers },
+            None => Model::ParamsOnly(params),
+        });
     }
     let mut shape: ModelShape = match p.value("model") {
         Some(name) => presets::find(name).map_err(|e| format!("--model: {e}"))?.shape(),
@@ -315,6 +358,27 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
         None if p.value("lora-targets").is_some() => return Err("--lora-targets needs --lora-rank".into()),
         None => Finetune::Full,
     };
+    let optimizer = match choice(
+        p,
+        "optimizer",
+        &[
+            ("adamw", Some(Optimizer::AdamW)),
+            ("adam8bit", Some(Optimizer::Adam8bit)),
+            ("sgd", Some(Optimizer::Sgd)),
+            ("sgd-momentum", Some(Optimizer::SgdMomentum)),
+            ("adafactor", Some(Optimizer::Adafactor)),
+            ("galore", None),
+        ],
+        Some(Optimizer::AdamW),
+    )? {
+        Some(_) if p.value("galore-rank").is_some() => {
+            return Err("--galore-rank needs --optimizer galore".into())
+        }
+        Some(o) => o,
+        None => Optimizer::Galore {
+            rank: number(p, "galore-rank")?.unwrap_or(DEFAULT_GALORE_RANK),
+        },
+    };
     let job = Job {
         model,
         precision: choice(
@@ -329,18 +393,7 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
             ],
             Precision::Mixed,
         )?,
-        optimizer: choice(
-            p,
-            "optimizer",
-            &[
-                ("adamw", Optimizer::AdamW),
-                ("adam8bit", Optimizer::Adam8bit),
-                ("sgd", Optimizer::Sgd),
-                ("sgd-momentum", Optimizer::SgdMomentum),
-                ("adafactor", Optimizer::Adafactor),
-            ],
-            Optimizer::AdamW,
-        )?,
+        optimizer,
         parallel: Parallel {
             dp: number(p, "dp")?.unwrap_or(1),
             tp: number(p, "tp")?.unwrap_or(1),
@@ -387,6 +440,24 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
                 StepKernel::Foreach,
             )?),
         },
+        loss_impl: match p.value("loss-impl") {
+            None => None,
+            Some(_) => Some(choice(
+                p,
+                "loss-impl",
+                &[
+                    ("upcast", LossKernel::Fp32Upcast),
+                    ("vocab-parallel", LossKernel::FusedFp32),
+                    ("chunked", LossKernel::Chunked),
+                    ("fused-linear", LossKernel::FusedLinear),
+                ],
+                LossKernel::Fp32Upcast,
+            )?),
+        },
+        compile: p.flag("compile"),
+        activation_offload: p.flag("activation-offload"),
+        optimizer_in_backward: p.flag("optimizer-in-backward"),
+        keep_grads: p.flag("keep-grads").then_some(true),
         cuda_context: size(p, "cuda-context")?.unwrap_or(DEFAULT_CUDA_CONTEXT),
     };
     Ok((job, size(p, "quota")?))

@@ -90,6 +90,19 @@ fn score_bytes(precision: Precision, dropout: bool, profile: &Profile) -> f64 {
     }
 }
 
+/// Share of a layer's eager stored activations that a `torch.compile`d layer still stores:
+/// AOTAutograd's min-cut partitioner recomputes cheap pointwise results in backward (the fp32
+/// norm copies, SiLU, casts, transposes) instead of saving them. Which tensors it keeps is a
+/// decision of the partitioner, not of the model code, so this one constant is fitted: on
+/// torchtune's README row "+ Compile" (Llama 3.2 3B, batch 2, packed seq 4096, bf16: 60.0 ->
+/// 51.0 GiB peak active; tests/plan_validation.rs, a fitted row).
+pub const COMPILE_ACTIVATION_SHARE: f64 = 0.74;
+
+/// Layers' worth of saved activations that stay on the GPU with activation offloading: the layer
+/// being computed and the one whose tensors are in transfer (torchtune `OffloadActivations`
+/// copies on a side stream and brings tensors back one layer ahead of backward).
+pub const OFFLOAD_RESIDENT_LAYERS: f64 = 2.0;
+
 /// The tensors one transformer layer stores with no recomputation, for sequence length `seq`.
 pub fn layer(
     shape: &ModelShape,
@@ -97,6 +110,19 @@ pub fn layer(
     profile: &Profile,
     flash: bool,
     seq: u64,
+) -> Vec<Stored> {
+    layer_with(shape, precision, profile, flash, seq, true)
+}
+
+/// `layer`, saying whether the norms' weights are trained (not with LoRA): an upcasting RMSNorm
+/// then also saves its 16-bit normalised output for the weight's gradient.
+pub fn layer_with(
+    shape: &ModelShape,
+    precision: Precision,
+    profile: &Profile,
+    flash: bool,
+    seq: u64,
+    norm_weights_trained: bool,
 ) -> Vec<Stored> {
     let fmt = formats(precision);
     let h = shape.hidden as f64;
@@ -115,6 +141,9 @@ pub fn layer(
     } else {
         fmt.residual
     };
+    // `weight * x_normed.to(dtype)` (HF `LlamaRMSNorm`, torchtitan, torchtune) saves the cast for
+    // the weight's gradient: a 16-bit tensor besides the fp32 input and the norm's output.
+    let norm_copy = profile.norm_upcast && shape.norm == super::shape::Norm::RmsNorm && norm_weights_trained;
     let t = |name, bytes_per_token, split| Stored {
         name,
         bytes_per_token,
@@ -128,13 +157,20 @@ pub fn layer(
         score: true,
     };
 
-    let mut out = vec![
-        t("attention norm input", norm_in * h, Split::Sequence),
+    let mut out = vec![t("attention norm input", norm_in * h, Split::Sequence)];
+    if norm_copy {
+        out.push(t(
+            "attention norm: 16-bit normalised input (weight gradient)",
+            fmt.act * h,
+            Split::Sequence,
+        ));
+    }
+    out.extend([
         t("QKV projection input", fmt.gemm_in * h, Split::Sequence),
         t("Q", fmt.act * h, Split::Tensor),
         t("K", fmt.act * kv, Split::Tensor),
         t("V", fmt.act * kv, Split::Tensor),
-    ];
+    ]);
     if flash {
         // The kernel keeps its output and the fp32 log-sum-exp of each row, not the scores.
         out.push(t("softmax log-sum-exp (fused attention)", 4.0 * a, Split::Tensor));
@@ -156,6 +192,13 @@ pub fn layer(
         out.push(t("attention dropout mask", mask * h, Split::Sequence));
     }
     out.push(t("MLP norm input", norm_in * h, Split::Sequence));
+    if norm_copy {
+        out.push(t(
+            "MLP norm: 16-bit normalised input (weight gradient)",
+            fmt.act * h,
+            Split::Sequence,
+        ));
+    }
     out.push(t("MLP input", fmt.gemm_in * h, Split::Sequence));
     match shape.mlp {
         Mlp::Gelu => out.push(t("GeLU input", fmt.act * f, Split::Tensor)),

@@ -2,8 +2,8 @@
 
 use super::activations::{self, formats, Stored};
 use super::breakdown::{total, Breakdown, Phase, Term};
-use super::framework::{profile, LossKernel, Profile};
-use super::job::{validate, Checkpointing, Job, Model, PlanError};
+use super::framework::{profile, LossKernel, Profile, LOSS_CHUNKS};
+use super::job::{validate, Checkpointing, Finetune, Job, Model, PlanError};
 use super::overheads;
 use super::placement::{local, stages_to_check, Stage};
 use super::shape::{Head, ModelShape, Norm};
@@ -31,10 +31,7 @@ impl Estimate {
 pub fn estimate(job: &Job) -> Result<Estimate, PlanError> {
     validate(job)?;
     let prof = profile(job.framework);
-    let layers = match &job.model {
-        Model::Shaped(shape) => shape.layers,
-        Model::ParamsOnly(_) => 1,
-    };
+    let layers = job.model.layers();
     let breakdown = stages_to_check(layers, job.parallel.pp)
         .into_iter()
         .map(|stage| stage_breakdown(job, &prof, stage))
@@ -53,10 +50,22 @@ fn stage_breakdown(job: &Job, prof: &Profile, stage: Stage) -> Breakdown {
     let mut notes = Vec::new();
     match &job.model {
         Model::Shaped(shape) => terms.extend(activation_terms(job, prof, shape, stage)),
-        Model::ParamsOnly(_) => notes.push(
-            "activations not estimated: only a parameter count was given (use --model or --layers/--hidden/--heads/--vocab)"
-                .to_string(),
-        ),
+        Model::ParamsOnly(_) | Model::ParamsLayers { .. } => {
+            notes.push(
+                "activations not estimated: only a parameter count was given (use --model or --layers/--hidden/--heads/--vocab)"
+                    .to_string(),
+            );
+            if let Model::ParamsOnly(n) = job.model {
+                if job.sharding.gathers_params() {
+                    notes.push(format!(
+                        "ZeRO-3/FSDP units: {} layers of {} parameters each, the usual depth for {} parameters (hidden = 128 x layers; give --layers to change it)",
+                        job.model.layers(),
+                        states::count(n as f64 / job.model.layers() as f64),
+                        states::count(n as f64)
+                    ));
+                }
+            }
+        }
     }
     terms.extend(overheads::buffers(job, &here, prof));
     terms.extend(overheads::step(job, &here, prof));
@@ -71,12 +80,20 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
     let fmt = formats(job.precision);
     let h = shape.hidden as f64;
     let seq_split = if p.sp { p.tp as f64 } else { 1.0 };
-    let layer: Vec<Stored> = activations::layer(shape, job.precision, prof, job.flash, job.seq);
-    let per_layer_all = activations::bytes(&layer, tokens, p.tp, p.sp);
+    let norms_trained = job.finetune == Finetune::Full;
+    let layer: Vec<Stored> =
+        activations::layer_with(shape, job.precision, prof, job.flash, job.seq, norms_trained);
+    // torch.compile stores a share of what the eager layer stores (activations.rs).
+    let compiled = if job.compile {
+        activations::COMPILE_ACTIVATION_SHARE
+    } else {
+        1.0
+    };
+    let per_layer_all = activations::bytes(&layer, tokens, p.tp, p.sp) * compiled;
     let (per_layer, how) = match job.checkpointing {
         Checkpointing::None => (per_layer_all, "no recomputation"),
         Checkpointing::Selective => (
-            activations::bytes(&activations::without_scores(&layer), tokens, p.tp, p.sp),
+            activations::bytes(&activations::without_scores(&layer), tokens, p.tp, p.sp) * compiled,
             "selective recomputation",
         ),
         Checkpointing::Full => (
@@ -87,21 +104,34 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
     // 1F1B keeps p - i micro-batches in flight on stage i (Narayanan et al. 2021; Korthikanti
     // sec. 4.2.3), but never more than the micro-batches of a step (the gradient accumulation).
     let in_flight = (stage.count - stage.index).min(job.grad_accum) as f64;
+    let stored_layers = stage.layers as f64 * in_flight;
+    // Offloading keeps only the layers in transfer on the GPU.
+    let (on_gpu, offloaded) = if job.activation_offload {
+        (
+            stored_layers.min(activations::OFFLOAD_RESIDENT_LAYERS),
+            ", offloaded to CPU: 2 layers on the GPU",
+        )
+    } else {
+        (stored_layers, "")
+    };
+    let compiled_note = if job.compile { ", torch.compile" } else { "" };
     let mut out = vec![Term::new(
         "activations",
         format!(
-            "activations: {} layers x {} micro-batch(es) x {:.1} MiB ({how})",
+            "activations: {} layers x {} micro-batch(es) x {:.1} MiB ({how}{compiled_note}{offloaded})",
             stage.layers,
             in_flight,
             per_layer / MIB
         ),
-        stage.layers as f64 * in_flight * per_layer,
+        on_gpu * per_layer,
         Phase::Forward,
         KORTHIKANTI,
     )];
     let recompute = match job.checkpointing {
         Checkpointing::None => 0.0,
-        Checkpointing::Selective => activations::bytes(&activations::scores(&layer), tokens, p.tp, p.sp),
+        Checkpointing::Selective => {
+            activations::bytes(&activations::scores(&layer), tokens, p.tp, p.sp) * compiled
+        }
         Checkpointing::Full => per_layer_all,
     };
     if recompute > 0.0 {
@@ -128,7 +158,17 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
         } else {
             fmt.residual
         };
-        let final_norm = if shape.final_norm { norm_in } else { 0.0 };
+        // The final norm saves its input, and an upcasting RMSNorm also its 16-bit cast (layer()).
+        let norm_copy = if prof.norm_upcast && shape.norm == Norm::RmsNorm && norms_trained {
+            fmt.act
+        } else {
+            0.0
+        };
+        let final_norm = if shape.final_norm {
+            norm_in + norm_copy
+        } else {
+            0.0
+        };
         out.push(Term::new(
             "head_input",
             "final norm and output projection inputs",
@@ -136,25 +176,74 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
             Phase::Forward,
             KORTHIKANTI,
         ));
-        let loss_bytes = match prof.loss {
-            // fp32 copy of the logits + fp32 log-softmax kept for backward (its gradient in backward).
-            LossKernel::Fp32Upcast => 8.0,
-            // One fp32 copy, softmax in place (Korthikanti sec. 4.3: 4sbv/t).
-            LossKernel::FusedFp32 => 4.0,
-        };
-        let per_token = shape.vocab as f64 / p.tp as f64 * (fmt.act + loss_bytes);
-        out.push(Term::new(
-            "logits",
-            format!(
-                "logits and cross-entropy: vocab {} x ({} + {loss_bytes}) B per token",
-                shape.vocab, fmt.act
-            ),
-            per_token * tokens,
-            Phase::Loss,
-            "Korthikanti et al. 2022, sec. 4.3; HF ForCausalLMLoss upcasts logits to fp32",
-        ));
+        out.push(loss_term(job, prof, shape, tokens));
     }
     out
+}
+
+/// The logits and the cross entropy, by how the loss is computed.
+fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term {
+    let fmt = formats(job.precision);
+    let tp = job.parallel.tp as f64;
+    let vocab = shape.vocab as f64 / tp;
+    let kernel = job.loss_impl.unwrap_or(prof.loss);
+    let (bytes, label, source) = match kernel {
+        // 16-bit logits + fp32 copy + fp32 log-softmax kept for backward (its gradient in backward).
+        LossKernel::Fp32Upcast => (
+            vocab * tokens * (fmt.act + 8.0),
+            format!(
+                "logits and cross-entropy: vocab {} x ({} + 8) B per token",
+                shape.vocab, fmt.act
+            ),
+            "Korthikanti et al. 2022, sec. 4.3; HF ForCausalLMLoss upcasts logits to fp32",
+        ),
+        // One fp32 copy, softmax in place (Korthikanti sec. 4.3: 4sbv/t).
+        LossKernel::FusedFp32 => (
+            vocab * tokens * (fmt.act + 4.0),
+            format!(
+                "logits and vocab-parallel cross-entropy: vocab {} x ({} + 4) B per token",
+                shape.vocab, fmt.act
+            ),
+            "Korthikanti et al. 2022, sec. 4.3 (Megatron vocab-parallel cross entropy)",
+        ),
+        // Eager: 16-bit logits and fp32 log-softmax of every chunk; fp32 copy and gradient of one
+        // chunk. Compiled (torchtune compiles the chunk loss with the model): the partitioner
+        // saves only the chunk's 16-bit logits (held anyway) and a log-sum-exp per token, and
+        // computes one chunk's 16-bit gradient in backward.
+        LossKernel::Chunked => {
+            let per = if job.compile {
+                fmt.act * (1.0 + 1.0 / LOSS_CHUNKS)
+            } else {
+                fmt.act + 4.0 + 8.0 / LOSS_CHUNKS
+            };
+            (
+                vocab * tokens * per,
+                format!(
+                    "chunked cross-entropy ({LOSS_CHUNKS:.0} chunks{}): vocab {} x {per:.2} B per token",
+                    if job.compile { ", compiled" } else { "" },
+                    shape.vocab
+                ),
+                "torchtune CEWithChunkedOutputLoss: fp32 upcast one chunk at a time",
+            )
+        }
+        // The gradient of the head's input (16-bit) and one chunk of fp32 logits, whose tokens
+        // Liger sizes to about tokens x hidden / vocab (so ~4 hidden bytes per token); the
+        // gradient of a trained head's weight is computed in forward, so it exists at the loss.
+        LossKernel::FusedLinear => {
+            let h = shape.hidden as f64;
+            let head_grad = if job.finetune == Finetune::Full {
+                vocab * h * states::grad_bytes(job.precision, prof)
+            } else {
+                0.0
+            };
+            (
+                tokens * h * (fmt.act + 4.0) + head_grad,
+                "fused linear cross-entropy: head input gradient + one chunk of logits".to_string(),
+                "Liger FusedLinearCrossEntropy; Wijmans et al. 2024 (Cut Cross-Entropy)",
+            )
+        }
+    };
+    Term::new("logits", label, bytes, Phase::Loss, source)
 }
 
 /// Model states of a breakdown (parameters, gradients, master weights, optimizer states).

@@ -11,7 +11,29 @@ pub enum LossKernel {
     Fp32Upcast,
     /// Megatron's vocab-parallel cross entropy: one fp32 copy, softmax computed in place.
     FusedFp32,
+    /// The output projection and the upcast cross entropy run chunk by chunk over the tokens
+    /// (torchtune `CEWithChunkedOutputLoss`, 8 chunks): the 16-bit logits and the fp32
+    /// log-softmax of every chunk are kept, the fp32 copy and the gradients exist for one chunk.
+    Chunked,
+    /// Output projection and cross entropy fused into one kernel that never materialises the
+    /// logits of all tokens (Liger `LigerFusedLinearCrossEntropyLoss`, Apple Cut Cross-Entropy):
+    /// it computes the gradients of the head's input and weight in forward, a chunk at a time.
+    FusedLinear,
 }
+
+impl LossKernel {
+    pub fn name(self) -> &'static str {
+        match self {
+            LossKernel::Fp32Upcast => "upcast",
+            LossKernel::FusedFp32 => "vocab-parallel",
+            LossKernel::Chunked => "chunked",
+            LossKernel::FusedLinear => "fused-linear",
+        }
+    }
+}
+
+/// torchtune `CEWithChunkedOutputLoss(num_output_chunks=8)`, the default of its recipes.
+pub const LOSS_CHUNKS: f64 = 8.0;
 
 /// How the optimizer step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,14 +3,22 @@
 
 use std::fmt;
 
-use super::framework::StepKernel;
-use super::shape::ModelShape;
+use super::framework::{LossKernel, StepKernel};
+use super::shape::{default_layers, ModelShape};
 
 /// The model: its full shape, or only a parameter count (model states only, no activations).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Model {
     Shaped(ModelShape),
+    /// A parameter count; ZeRO-3/FSDP units are `params / layers` with the layer count of
+    /// `shape::default_layers` (the usual depth for that size).
     ParamsOnly(u64),
+    /// A parameter count and the number of transformer layers it is split into (`--params N
+    /// --layers L`).
+    ParamsLayers {
+        params: u64,
+        layers: u64,
+    },
 }
 
 impl Model {
@@ -18,6 +26,16 @@ impl Model {
         match self {
             Model::Shaped(shape) => shape.params(),
             Model::ParamsOnly(n) => *n,
+            Model::ParamsLayers { params, .. } => *params,
+        }
+    }
+
+    /// Transformer layers: the shape's, the one given with `--params`, or the default for the count.
+    pub fn layers(&self) -> u64 {
+        match self {
+            Model::Shaped(shape) => shape.layers,
+            Model::ParamsOnly(n) => default_layers(*n),
+            Model::ParamsLayers { layers, .. } => *layers,
         }
     }
 
@@ -25,9 +43,15 @@ impl Model {
         match self {
             Model::Shaped(shape) => shape.name.clone(),
             Model::ParamsOnly(n) => format!("{n} parameters"),
+            Model::ParamsLayers { params, layers } => format!("{params} parameters in {layers} layers"),
         }
     }
 }
+
+/// The largest model the planner accepts: 10 trillion parameters, five times the largest dense
+/// models published so far. Beyond it the input is a typo (`--params 1e15`), and an answer in
+/// millions of GiB helps nobody.
+pub const MAX_PARAMS: u64 = 10_000_000_000_000;
 
 /// Numeric formats of weights, gradients, optimizer states and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +79,11 @@ pub enum Optimizer {
     SgdMomentum,
     /// Adafactor with factored second moments and no first moment.
     Adafactor,
+    /// GaLore AdamW (Zhao et al. 2024): the layers' weight matrices keep Adam moments of their
+    /// gradients projected to `rank`; the other parameters keep plain AdamW states.
+    Galore {
+        rank: u64,
+    },
 }
 
 /// How model states are partitioned across data-parallel ranks.
@@ -173,6 +202,19 @@ pub struct Job {
     pub framework: Framework,
     /// How the optimizer step is implemented; `None`: the framework's default.
     pub optimizer_impl: Option<StepKernel>,
+    /// How the loss is computed from the logits; `None`: the framework's default.
+    pub loss_impl: Option<LossKernel>,
+    /// `torch.compile` of the model: AOTAutograd saves fewer activations (overheads.rs).
+    pub compile: bool,
+    /// Saved activations are moved to CPU memory in forward and brought back in backward
+    /// (torchtune `enable_activation_offloading`).
+    pub activation_offload: bool,
+    /// Each parameter's optimizer step runs in backward as soon as its gradient is ready, and the
+    /// gradient is freed (torchtune `optimizer_in_bwd`, LOMO).
+    pub optimizer_in_backward: bool,
+    /// Gradients stay allocated between steps (`zero_grad(set_to_none=False)`, PyTorch before
+    /// 2.0); `None`: the framework's behaviour (see `persistent_grads`).
+    pub keep_grads: Option<bool>,
     /// Device memory taken by the CUDA context and library handles before any tensor exists.
     pub cuda_context: u64,
 }
@@ -204,8 +246,22 @@ impl Job {
             finetune: Finetune::Full,
             framework: Framework::Pytorch,
             optimizer_impl: None,
+            loss_impl: None,
+            compile: false,
+            activation_offload: false,
+            optimizer_in_backward: false,
+            keep_grads: None,
             cuda_context: DEFAULT_CUDA_CONTEXT,
         }
+    }
+
+    /// Whether gradients exist during the forward pass. Megatron and DeepSpeed keep contiguous
+    /// gradient buffers for the whole run; gradient accumulation keeps the previous micro-batches'
+    /// gradients; plain PyTorch frees them at `zero_grad()` (`set_to_none=True`, the default since
+    /// PyTorch 2.0) and allocates them again in backward, after the activations of the loss peak.
+    pub fn persistent_grads(&self) -> bool {
+        self.keep_grads
+            .unwrap_or(self.framework != Framework::Pytorch || self.grad_accum > 1)
     }
 }
 
@@ -276,8 +332,20 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
         in_range(flag, value, limit)?;
     }
     let p = job.parallel;
+    if let Model::ParamsLayers { layers, .. } = job.model {
+        in_range("--layers", layers, 1 << 16)?;
+    }
     if let Model::Shaped(shape) = &job.model {
         validate_shape(shape)?;
+        let params = shape.params();
+        if params > MAX_PARAMS {
+            return Err(error(
+                "--layers",
+                format!(
+                    "this shape has {params} parameters, more than the planner accepts ({MAX_PARAMS}, 10 trillion): check --layers, --hidden, --ffn and --vocab"
+                ),
+            ));
+        }
         must_divide(
             "--tp",
             p.tp,
@@ -307,7 +375,22 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
             "pipeline stages hold whole layers",
         )?;
     } else {
-        in_range("--params", job.model.params(), 1 << 50)?;
+        if job.model.params() > MAX_PARAMS {
+            return Err(error(
+                "--params",
+                format!(
+                    "--params {} is more than the planner accepts ({MAX_PARAMS}, 10 trillion parameters)",
+                    job.model.params()
+                ),
+            ));
+        }
+        in_range("--params", job.model.params(), MAX_PARAMS)?;
+        if matches!(job.optimizer, Optimizer::Galore { .. }) {
+            return Err(error(
+                "--optimizer",
+                "GaLore projects each weight matrix: it needs the model's shape (--model or --layers/--hidden/--heads/--vocab)",
+            ));
+        }
         if p.tp > 1 || p.pp > 1 {
             return Err(error(
                 if p.tp > 1 { "--tp" } else { "--pp" },
@@ -384,6 +467,31 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
                     format!("--lora-rank {rank} exceeds --hidden {} (a low-rank adapter must be narrower than the layer)", shape.hidden),
                 ));
             }
+        }
+    }
+    if let Optimizer::Galore { rank } = job.optimizer {
+        if rank == 0 {
+            return Err(error("--galore-rank", "--galore-rank must be at least 1"));
+        }
+        if job.sharding.stage() > 0 {
+            return Err(error(
+                "--optimizer",
+                "GaLore runs on unsharded parameters (its projection needs whole matrices): use it without --zero/--fsdp",
+            ));
+        }
+    }
+    if job.optimizer_in_backward {
+        if job.grad_accum > 1 {
+            return Err(error(
+                "--optimizer-in-backward",
+                "the step runs in backward on each micro-batch's gradient: it needs --grad-accum 1",
+            ));
+        }
+        if job.offload != Offload::None || matches!(job.sharding, Sharding::Zero(_)) {
+            return Err(error(
+                "--optimizer-in-backward",
+                "the optimizer step in backward is PyTorch's (torchtune): not with --zero or --offload",
+            ));
         }
     }
     if job.precision == Precision::Fp8 && job.framework == Framework::Deepspeed {

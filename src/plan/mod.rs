@@ -31,7 +31,7 @@ pub use breakdown::{Breakdown, Phase, Term};
 pub use estimate::{estimate, model_states, Estimate};
 pub use job::{
     validate, Checkpointing, Finetune, Framework, Job, LoraTargets, Model, Offload, Optimizer, Parallel,
-    PlanError, Precision, Sharding, DEFAULT_CUDA_CONTEXT,
+    PlanError, Precision, Sharding, DEFAULT_CUDA_CONTEXT, MAX_PARAMS,
 };
 pub use search::{ladder, largest_micro_batch, plan, quota_gib, BatchFit, Paste, Plan, Rung};
 pub use shape::{Head, Mlp, ModelShape, Norm};

@@ -23,10 +23,20 @@ pub const FRAGMENTATION: f64 = 0.25;
 /// Parameters gathered and gradients reduce-scattered on separate CUDA streams live in pools of
 /// their own: a block freed by one stream is not reused by another until the streams synchronise
 /// (PyTorch CUDA semantics, `record_stream`; Zhao et al. 2023, "PyTorch FSDP", sec. 4.4 on the
-/// rate limiter). The allocator ends up reserving this many extra copies of the per-layer buffers
-/// that are gathered and freed layer after layer (not of the root unit, gathered once).
-/// Calibrated on torchtitan's FSDP measurements (docs/PLAN.md, "Fragmentation").
-pub const STREAM_POOL_COPIES: f64 = 3.0;
+/// rate limiter). The two sides differ, so they are two terms:
+///
+/// - all-gather: the rate limiter lets one all-gather run ahead of the unit in use, and units of
+///   equal size reuse each other's blocks, so the pool holds one more unit than the two counted
+///   in `gathered_params`: one extra copy (a mechanism, not a fit);
+/// - reduce-scatter: each unit's unsharded gradient, its fp32 copy for the reduction
+///   (`reduce_dtype`) and the reduced shard, all held until the reduce-scatter stream is done
+///   with them, for the units in flight: the extra copies are fitted on torchtitan's FSDP rows
+///   (docs/PLAN.md, "Fragmentation"; the only fitted rows with a sharded full fine-tuning).
+///
+/// With LoRA the reduced gradients are the adapters' only, so a large frozen base no longer
+/// brings a reduce-scatter pool the size of its layers (issue 18).
+pub const STREAM_POOL_GATHER_COPIES: f64 = 1.0;
+pub const STREAM_POOL_REDUCE_COPIES: f64 = 7.0;
 
 /// Terms outside the allocator: the CUDA context and NCCL.
 pub fn device(job: &Job) -> Vec<Term> {
@@ -105,18 +115,18 @@ pub fn buffers(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
         }
         _ => {}
     }
-    let stream_buffers: f64 = out
-        .iter()
-        .filter(|t| matches!(t.key, "gathered_params" | "grad_buckets"))
-        .map(|t| t.bytes as f64)
-        .sum();
-    if stream_buffers > 0.0 {
+    let bytes_of = |key: &str| -> f64 { out.iter().filter(|t| t.key == key).map(|t| t.bytes as f64).sum() };
+    let pools = STREAM_POOL_GATHER_COPIES * bytes_of("gathered_params")
+        + STREAM_POOL_REDUCE_COPIES * bytes_of("grad_buckets");
+    if pools > 0.0 {
         out.push(Term::new(
             "stream_pools",
-            format!("communication-stream pools ({STREAM_POOL_COPIES:.0} x the per-layer unsharded buffers)"),
-            STREAM_POOL_COPIES * stream_buffers,
+            format!(
+                "communication-stream pools ({STREAM_POOL_GATHER_COPIES:.0} x gathered layers + {STREAM_POOL_REDUCE_COPIES:.0} x gradient buffers)"
+            ),
+            pools,
             Phase::Fragmentation,
-            "PyTorch CUDA semantics (record_stream); Zhao et al. 2023 (PyTorch FSDP), sec. 4.4",
+            "PyTorch CUDA semantics (record_stream); Zhao et al. 2023 (PyTorch FSDP), sec. 4.4; fitted on torchtitan PR #165",
         ));
     }
     if let Some(buckets) = profile.zero_buckets {
@@ -211,7 +221,12 @@ pub fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     };
     let held = local.trainable / shard;
     let s = state_bytes(job.precision);
-    let kernel = job.optimizer_impl.unwrap_or(profile.step);
+    // A step in backward runs one parameter at a time, whatever the implementation.
+    let kernel = if job.optimizer_in_backward {
+        StepKernel::ForLoop
+    } else {
+        job.optimizer_impl.unwrap_or(profile.step)
+    };
     let (bytes, what) = match (kernel, job.optimizer) {
         (StepKernel::Foreach, Optimizer::AdamW) => (
             held * s,
@@ -220,6 +235,12 @@ pub fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
         (StepKernel::ForLoop, Optimizer::AdamW) => (
             local.largest_trainable * s,
             "AdamW loop: sqrt(variance) of the largest parameter",
+        ),
+        // galore_torch loops over parameters; every update_proj_gap steps it takes the SVD of an
+        // fp32 copy of the gradient, and it projects the update back to full rank.
+        (_, Optimizer::Galore { .. }) => (
+            2.0 * local.largest_trainable * 4.0,
+            "GaLore: fp32 copy of the largest gradient (SVD) and its full-rank update",
         ),
         // Adafactor always loops over parameters: the squared gradient, the update and its RMS.
         (_, Optimizer::Adafactor) => (

@@ -58,6 +58,12 @@ pub struct Local {
     pub largest_trainable: f64,
     /// Elements of Adafactor's factored state: rows + columns per matrix, every element of vectors.
     pub adafactor_state: f64,
+    /// GaLore: over the trainable weight matrices of the layers, the sum of their longer and of
+    /// their shorter dimension (the projected moments are `rank x long`, the projection
+    /// `short x rank`), and the trainable elements outside them (plain AdamW states).
+    pub galore_long: f64,
+    pub galore_short: f64,
+    pub galore_other: f64,
 }
 
 /// The stages whose peaks can differ: the first (most in-flight activations) and the last
@@ -102,13 +108,17 @@ fn targeted(role: Linear, targets: LoraTargets) -> bool {
 /// What one GPU of `stage` holds, with tensor-parallel size `tp`.
 pub fn local(model: &Model, finetune: Finetune, stage: Stage, tp: u64) -> Local {
     match model {
-        Model::ParamsOnly(n) => {
-            let n = *n as f64;
+        Model::ParamsOnly(_) | Model::ParamsLayers { .. } => {
+            // No shape: every parameter is taken as a layer parameter and a ZeRO-3/FSDP unit is one
+            // of `layers` equal layers (without vocabulary there is no separate embedding unit).
+            let n = model.params() as f64;
+            let layer = n / model.layers() as f64;
             Local {
                 trainable: n,
                 linear: n,
-                layer: n,
-                largest_trainable: n,
+                layer,
+                largest_linear: layer,
+                largest_trainable: layer,
                 ..Local::default()
             }
         }
@@ -162,6 +172,15 @@ fn shaped(shape: &ModelShape, finetune: Finetune, stage: Stage, tp: f64) -> Loca
                 out.trainable += total;
                 out.largest_trainable = out.largest_trainable.max(per_rank);
                 out.adafactor_state += copies * adafactor_elements(t.kind, per_rank, tp);
+                match t.kind {
+                    Kind::Linear { rows, cols, .. } => {
+                        // Tensor parallelism splits one of the two dimensions; both sums scale with
+                        // the per-rank share (an approximation for GaLore under --tp).
+                        out.galore_long += copies * rows.max(cols) as f64 / tp;
+                        out.galore_short += copies * rows.min(cols) as f64 / tp;
+                    }
+                    _ => out.galore_other += total,
+                }
             }
             Finetune::Lora {
                 rank,
@@ -181,6 +200,7 @@ fn shaped(shape: &ModelShape, finetune: Finetune, stage: Stage, tp: f64) -> Loca
                             let (rows, cols) = (rows as f64, cols as f64);
                             let adapter = r * (rows + cols) / tp;
                             out.trainable += adapter * copies;
+                            out.galore_other += adapter * copies;
                             out.largest_trainable = out.largest_trainable.max(r * rows.max(cols) / tp);
                             out.adafactor_state += copies * ((rows + r) + (r + cols)) / tp;
                         }

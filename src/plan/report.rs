@@ -2,7 +2,7 @@
 
 use super::breakdown::Phase;
 use super::job::{Checkpointing, Finetune, Job, LoraTargets, Offload, Optimizer, Precision, Sharding};
-use super::search::Plan;
+use super::search::{quota_gib, Plan};
 use crate::json::Json;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -28,6 +28,7 @@ pub fn optimizer_name(o: Optimizer) -> &'static str {
         Optimizer::Sgd => "sgd",
         Optimizer::SgdMomentum => "sgd-momentum",
         Optimizer::Adafactor => "adafactor",
+        Optimizer::Galore { .. } => "galore",
     }
 }
 
@@ -78,12 +79,41 @@ fn finetune_text(f: Finetune) -> String {
     }
 }
 
+/// The memory techniques beyond the basic settings, as the flags that turn them on.
+fn techniques(job: &Job) -> String {
+    let mut out = Vec::new();
+    if let Some(loss) = job.loss_impl {
+        out.push(format!("loss {}", loss.name()));
+    }
+    if job.compile {
+        out.push("torch.compile".to_string());
+    }
+    if job.activation_offload {
+        out.push("activation offload".to_string());
+    }
+    if job.optimizer_in_backward {
+        out.push("optimizer step in backward".to_string());
+    }
+    if let Optimizer::Galore { rank } = job.optimizer {
+        out.push(format!("GaLore rank {rank}"));
+    }
+    if job.persistent_grads() {
+        out.push("gradients kept between steps".to_string());
+    }
+    if out.is_empty() {
+        String::new()
+    } else {
+        format!("{}\n", out.join(", "))
+    }
+}
+
 fn describe(job: &Job, params: u64) -> String {
     let p = job.parallel;
+    let more = techniques(job);
     format!(
         "{} ({:.2}B parameters) on {} GPU(s): dp {} x tp {} x pp {}{}\n\
          precision {}, optimizer {}, sharding {}, offload {}, fine-tuning {}, framework {}\n\
-         micro-batch {} x seq {}, gradient accumulation {}, recomputation {}, fused attention {}\n",
+         micro-batch {} x seq {}, gradient accumulation {}, recomputation {}, fused attention {}\n{more}",
         job.model.name(),
         params as f64 / 1e9,
         p.gpus(),
@@ -144,6 +174,15 @@ pub fn text(plan: &Plan) -> String {
         "torch.cuda.max_memory_reserved",
     ));
     out.push_str(&line("peak per GPU", b.peak, "nvidia-smi / NVML"));
+    let quota = quota_gib(b.peak) << 30;
+    out.push_str(&format!(
+        "  recommended --gpu-mem-quota={}G carries {:.2} GiB ({:.1}%) over the peak per GPU, which itself\n  \
+         carries {:.2} GiB over the allocated peak (allocator and device terms); validation: docs/PLAN.md sec. 7\n",
+        quota_gib(b.peak),
+        gib(quota - b.peak),
+        (quota - b.peak) as f64 / b.peak as f64 * 100.0,
+        gib(b.peak - b.allocated),
+    ));
     out.push_str(
         "  (values in parentheses belong to another phase of the step and are not part of the peak)\n",
     );
@@ -245,6 +284,14 @@ pub fn json(plan: &Plan) -> String {
         ("flash", Json::Bool(job.flash)),
         ("finetune", Json::str(finetune_text(job.finetune))),
         ("framework", Json::str(job.framework.name())),
+        (
+            "loss_impl",
+            job.loss_impl.map_or(Json::Null, |l| Json::str(l.name())),
+        ),
+        ("compile", Json::Bool(job.compile)),
+        ("activation_offload", Json::Bool(job.activation_offload)),
+        ("optimizer_in_backward", Json::Bool(job.optimizer_in_backward)),
+        ("persistent_grads", Json::Bool(job.persistent_grads())),
     ]);
     let terms = b
         .terms
@@ -306,6 +353,10 @@ pub fn json(plan: &Plan) -> String {
         ("reserved_bytes", Json::Int(b.reserved)),
         ("peak_bytes", Json::Int(b.peak)),
         ("peak_gib", Json::Num(gib(b.peak))),
+        (
+            "recommended_quota_margin_bytes",
+            Json::Int((quota_gib(b.peak) << 30) - b.peak),
+        ),
         ("quota_bytes", plan.quota.map_or(Json::Null, Json::Int)),
         ("fits", plan.quota.map_or(Json::Null, |q| Json::Bool(b.peak <= q))),
         ("largest_micro_batch", largest),

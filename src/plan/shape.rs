@@ -259,3 +259,18 @@ pub fn custom(name: &str, layers: u64, hidden: u64, heads: u64, vocab: u64) -> M
         head: Head::Lm,
     }
 }
+
+/// Width over depth of the common dense decoder families: GPT-3 6.7B, 13B and 175B (Brown et al.
+/// 2020, table 2.1: 4096/32, 5140/40, 12288/96) and Llama-2 7B and 13B (4096/32, 5120/40) all
+/// have `hidden = 128 x layers`.
+pub const HIDDEN_PER_LAYER: f64 = 128.0;
+
+/// The layer count of a model of `params` parameters when only the count is given: a transformer
+/// has about `12 L h^2` parameters (Kaplan et al. 2020, "Scaling Laws for Neural Language Models",
+/// eq. 2.1: attention 4h^2 and MLP 8h^2 per layer), so with `h = 128 L` the depth is
+/// `(params / (12 x 128^2))^(1/3)`: 32 for 6.7B (Llama-2 7B: 32), 96 for 175B (GPT-3: 96), 71
+/// for 70B (Llama-2 70B: 80, a narrower MLP per width). Never below 1.
+pub fn default_layers(params: u64) -> u64 {
+    let layers = (params as f64 / (12.0 * HIDDEN_PER_LAYER * HIDDEN_PER_LAYER)).cbrt();
+    (layers.round() as u64).max(1)
+}

@@ -84,6 +84,15 @@ pub fn optimizer_state(job: &Job, local: &Local) -> (f64, String) {
             local.adafactor_state * s,
             format!("Adafactor factored second moment, {dtype}"),
         ),
+        // Zhao et al. 2024, "GaLore", table 1: an m x n matrix (m <= n) keeps the projection
+        // m x r and the two Adam moments r x n; everything else keeps AdamW's 2 states.
+        Optimizer::Galore { rank } => {
+            let r = rank as f64;
+            (
+                (2.0 * r * local.galore_long + r * local.galore_short + 2.0 * local.galore_other) * s,
+                format!("GaLore rank {rank}: projected Adam moments + projections, {dtype}"),
+            )
+        }
     }
 }
 
@@ -147,16 +156,34 @@ pub fn terms(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
             "Hu et al. 2021 (LoRA); Dettmers et al. 2023 (QLoRA), sec. 3",
         ));
     }
+    // When gradients exist: all step long with persistent buffers (Megatron, DeepSpeed, gradient
+    // accumulation); from backward to the step otherwise, so not at the loss peak, when the
+    // activations are all alive; one parameter's at a time when the step runs in backward.
+    let (grad_elements, grad_phase, grad_when) = if job.optimizer_in_backward {
+        (
+            local.largest_trainable,
+            Phase::Forward,
+            " (step in backward: one parameter's at a time)",
+        )
+    } else if job.persistent_grads() {
+        (local.trainable, Phase::Resident, "")
+    } else {
+        (
+            local.trainable,
+            Phase::Step,
+            " (allocated in backward, freed by zero_grad)",
+        )
+    };
     out.push(Term::new(
         "grads",
         format!(
-            "gradients: {} x {g} B{}{}",
-            count(local.trainable),
+            "gradients: {} x {g} B{}{}{grad_when}",
+            count(grad_elements),
             sharded(2),
             cpu(optimizer_on_cpu)
         ),
-        local.trainable * g / shard(2) * keep(optimizer_on_cpu),
-        Phase::Resident,
+        grad_elements * g / shard(2) * keep(optimizer_on_cpu),
+        grad_phase,
         ZERO,
     ));
     if m > 0.0 {
