@@ -32,7 +32,7 @@ fn watchdog_pids(job: u32) -> Vec<u32> {
 }
 
 /// After the job is gone: no watchdog process and no runtime files are left for it.
-fn assert_cleaned_up(job: u32) {
+pub(crate) fn assert_cleaned_up(job: u32) {
     let dir = runtime_dir().join("jobs").join(job.to_string());
     let clean = wait_until(Duration::from_secs(10), || {
         watchdog_pids(job).is_empty() && !dir.exists()
