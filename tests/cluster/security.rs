@@ -229,7 +229,47 @@ fn f8_no_watchdog_outlives_a_forged_gpu_srun_job() {
             watchdog_lines(job)
         );
     }
-    eprintln!("f8: jobs {jobs:?}: {:?}", t0.elapsed());
+    eprintln!("f8: srun jobs {jobs:?}: {:?}", t0.elapsed());
+    // Here the extern step's exit hook (PrologFlags=Contain) stops every watchdog. Where none runs,
+    // the watchdog must stop by itself: one started as the plugin starts it (forged GPU list, NVML
+    // that cannot be loaded) for a job that has ended gives up once slurmctld says so.
+    let &(job, _, _) = jobs.iter().find(|(_, forged, nvml)| *forged == "9999" && !nvml).unwrap();
+    let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"));
+    let home = std::fs::metadata(format!("/home/{}", test_user())).unwrap();
+    let mut watchdog = Command::new(lab().join("bin/gpu-mem-quota"))
+        .args([
+            "watchdog".to_string(),
+            format!("--job={job}"),
+            format!("--uid={}", home.uid()),
+            format!("--gid={}", home.gid()),
+            "--gpus=9999".to_string(),
+            format!("--config={}", lab().join("etc/gpu-mem-quota.toml").display()),
+            "--quota-bytes=8589934592".to_string(),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SLURM_CONF", slurm_conf())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let exited = wait_until(Duration::from_secs(50), || {
+        watchdog.try_wait().ok().flatten().is_some()
+    });
+    if !exited {
+        let _ = watchdog.kill();
+        let _ = watchdog.wait();
+    }
+    assert!(exited, "job {job}: the watchdog of an ended job is still waiting for NVML");
+    eprintln!("f8: the watchdog of ended job {job} gave up after {:?}", started.elapsed());
+    assert!(
+        wait_until(Duration::from_secs(5), || watchdog_lines(job)
+            .iter()
+            .any(|l| l.contains("the job is no longer running here"))),
+        "job {job}: {:#?}",
+        watchdog_lines(job)
+    );
+    assert!(!runtime_dir().join(format!("jobs/{job}")).exists());
+    eprintln!("f8: {:?}", t0.elapsed());
 }
 
 /// F3: an srun whose LD_PRELOAD shim drops or renames SLURM_JOB_ACCOUNT (L4) is still held to its
