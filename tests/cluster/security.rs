@@ -342,7 +342,8 @@ fn f3_an_srun_that_hides_or_renames_its_account_is_held_to_its_real_accounts_cap
         let all = text(&out);
         if *quota == "500G" {
             assert!(
-                !out.status.success() && !all.contains("the-task-ran") && all.contains(refusal),
+                !out.status.success() && !all.contains("the-task-ran")
+                    && all.contains(&format!("refusing to start the task: {refusal}")),
                 "{case} {quota}: {all}"
             );
         } else {
