@@ -58,6 +58,20 @@ fn sacct_field(job: u32, field: &str) -> String {
     .to_string()
 }
 
+/// The job's AdminComment as slurmctld has it, while it knows the job (running, or ended within
+/// MinJobAge): `squeue --json` gives it as its own field, which no user text can pose as. Accounting
+/// (`sacct_field`) has it only once the job has ended.
+fn admin_comment(job: u32) -> String {
+    let out = admin("squeue", &["--json"]);
+    let all: serde_json::Value = serde_json::from_str(&out).expect("squeue --json");
+    all["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["job_id"] == job))
+        .and_then(|j| j["admin_comment"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 fn state(job: u32) -> String {
     job_field(job, "JobState")
 }
@@ -384,10 +398,9 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     );
     // Run 0: the watchdog writes its record at its first sample with memory; then an admin requeue.
     assert!(
-        wait_until(Duration::from_secs(30), || sacct_field(job, "AdminComment")
-            .contains("gpu-mem-quota:v1{")),
+        wait_until(Duration::from_secs(30), || admin_comment(job).contains("gpu-mem-quota:v1{")),
         "job {job}: no record while running: {:?} {:#?}",
-        sacct_field(job, "AdminComment"),
+        admin_comment(job),
         watchdog_lines(job)
     );
     admin("scontrol", &["requeue", &job.to_string()]);
@@ -405,19 +418,22 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
             .iter()
             .all(|forged| !comment.contains(forged))
     };
-    // Accounting catches up with the record of run 1 (written at the end of its batch script).
-    wait_until(Duration::from_secs(15), || {
-        let c = sacct_field(job, "AdminComment");
-        c.matches("/1:").count() > 0 || !clean(&c)
-    });
-    let comment = sacct_field(job, "AdminComment");
+    // slurmctld's AdminComment, and accounting's once it has caught up with the job's end.
+    let comment = admin_comment(job);
     assert!(
         comment.contains("gpu-mem-quota:v1{") && clean(&comment),
         "job {job}: AdminComment {comment:?}"
     );
+    wait_until(Duration::from_secs(15), || sacct_field(job, "AdminComment") == comment);
+    let in_sacct = sacct_field(job, "AdminComment");
+    assert!(
+        in_sacct.contains("gpu-mem-quota:v1{") && clean(&in_sacct),
+        "job {job}: AdminComment in accounting {in_sacct:?}"
+    );
     let run1 = output.split("run=1").nth(1).unwrap_or_default();
     assert!(
-        run1.contains("env:GPU_MEM_QUOTA_BYTES=8589934592\n") && !run1.contains("preempted"),
+        run1.contains("env:GPU_MEM_QUOTA_BYTES=8589934592\n")
+            && !run1.contains("GPU_MEM_QUOTA_LAST_EVENT"),
         "job {job}: the forged record fed the restart: {output}"
     );
     eprintln!("f4: job {job}: AdminComment {comment:?}\n{output}\n{:?}", t0.elapsed());
@@ -457,13 +473,15 @@ fn f6_an_admins_text_and_our_record_survive_a_comment_imitating_an_admin_comment
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     assert!(output.contains("comment-set"), "job {job}: {output}");
     let kept = |c: &str| c.contains("ticket=INC42") && c.contains("gpu-mem-quota:v1{");
-    wait_until(Duration::from_secs(15), || kept(&sacct_field(job, "AdminComment")));
-    let comment = sacct_field(job, "AdminComment");
+    let comment = admin_comment(job);
     assert!(
         kept(&comment),
         "job {job}: AdminComment {comment:?}; {:#?}",
         watchdog_lines(job)
     );
+    wait_until(Duration::from_secs(15), || kept(&sacct_field(job, "AdminComment")));
+    let in_sacct = sacct_field(job, "AdminComment");
+    assert!(kept(&in_sacct), "job {job}: AdminComment in accounting {in_sacct:?}");
     assert_eq!(sacct_field(job, "Comment"), "see AdminComment=x");
     eprintln!("f6: job {job}: AdminComment {comment:?}: {:?}", t0.elapsed());
 }
@@ -653,13 +671,15 @@ fn defect4_a_job_its_user_cancels_keeps_the_record_of_its_run() {
         let _ = std::fs::remove_file(claim.trim());
     }
     let recorded = |c: &str| c.contains("gpu-mem-quota:v1{") && c.contains("q=8G") && c.contains("=3G/");
-    wait_until(Duration::from_secs(15), || recorded(&sacct_field(job, "AdminComment")));
-    let comment = sacct_field(job, "AdminComment");
+    let comment = admin_comment(job);
     assert!(
         recorded(&comment),
         "job {job}: AdminComment {comment:?}; {:#?}",
         watchdog_lines(job)
     );
+    wait_until(Duration::from_secs(15), || recorded(&sacct_field(job, "AdminComment")));
+    let in_sacct = sacct_field(job, "AdminComment");
+    assert!(recorded(&in_sacct), "job {job}: AdminComment in accounting {in_sacct:?}");
     assert_cleaned_up(job);
     eprintln!("defect4: job {job}: {comment:?}: {:?}", t0.elapsed());
 }
