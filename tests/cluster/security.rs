@@ -382,7 +382,7 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     let dir = user_dir("sec-f4");
     let script = format!(
         "echo run=${{SLURM_RESTART_COUNT:-0}}; env | sed -n 's/^GPU_MEM_QUOTA/env:GPU_MEM_QUOTA/p'; \
-         f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo 2G > $f; \
+         f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo claim=$f; echo 2G > $f; \
          if [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ]; then sleep 60; fi; sleep 2; rm -f $f; echo done"
     );
     let job = sbatch(
@@ -412,6 +412,9 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
         job_field(job, "Restarts")
     );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    for claim in output.lines().filter_map(|l| l.strip_prefix("claim=")) {
+        let _ = std::fs::remove_file(claim); // run 0's, killed by the requeue
+    }
     assert!(sacct_field(job, "Comment").contains("FORGED"), "the attack did not happen");
     let clean = |comment: &str| {
         ["FORGED", "n9/", "n8/", "q=1G", "preempted=9"]
@@ -556,21 +559,27 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
         }
         moved_out.dirs.push(step.join("x"));
     }
-    // The job's GPU process moves itself into job_B/step_batch/x, in freezer only or in every
+    // The job's GPU process moves itself into job_B/step_batch/x, in freezer only ($2) or in every
     // Slurm hierarchy, and then allocates 20G of its 8G quota.
-    let script = |only: &str| {
+    let mover = dir.join("move.sh");
+    std::fs::write(
+        &mover,
         format!(
-            "GPU=${{SLURM_JOB_GPUS%%,*}}; ( moved=; while IFS=: read -r id ctl path; do \
-               case \"$ctl\" in ''|name=*) continue;; esac; \
-               case \"$path\" in /slurm*/uid_*/job_$SLURM_JOB_ID/*) ;; *) continue;; esac; \
-               [ -n \"{only}\" ] && [ \"$ctl\" != \"{only}\" ] && continue; \
-               to=/sys/fs/cgroup/$ctl$(echo \"$path\" | sed \"s|/job_$SLURM_JOB_ID/.*|/job_{b}/step_batch|\")/x; \
-               mkdir -p $to && echo $BASHPID > $to/cgroup.procs && moved=\"$moved $ctl\"; \
-             done < /proc/$BASHPID/cgroup; \
-             echo \"moved=$moved pid=$BASHPID gpu=$GPU\"; sed 's/^/cgroup:/' /proc/$BASHPID/cgroup; \
-             echo 20G > {FAKE_PROCS}/$GPU/$BASHPID; exec sleep 60 ) & sleep 60; echo not-stopped"
-        )
-    };
+            "#!/bin/bash\nB=$1 ONLY=$2 GPU=${{SLURM_JOB_GPUS%%,*}}\n\
+             ( moved=\n  while IFS=: read -r id ctl path; do\n\
+                 case \"$ctl\" in ''|name=*) continue;; esac\n\
+                 case \"$path\" in /slurm*/uid_*/job_$SLURM_JOB_ID/*) ;; *) continue;; esac\n\
+                 [ -n \"$ONLY\" ] && [ \"$ctl\" != \"$ONLY\" ] && continue\n\
+                 to=/sys/fs/cgroup/$ctl$(echo \"$path\" | sed \"s|/job_$SLURM_JOB_ID/.*|/job_$B/step_batch|\")/x\n\
+                 mkdir -p $to && echo $BASHPID > $to/cgroup.procs && moved=\"$moved $ctl\"\n\
+               done < /proc/$BASHPID/cgroup\n\
+               echo \"moved=$moved pid=$BASHPID gpu=$GPU\"; sed 's/^/cgroup:/' /proc/$BASHPID/cgroup\n\
+               echo 20G > {FAKE_PROCS}/$GPU/$BASHPID; exec sleep 60 ) &\n\
+             sleep 60; echo not-stopped\n"
+        ),
+    )
+    .unwrap();
+    let script = |only: &str| format!("bash {} {b} {only}", mover.display());
     let a_freezer = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script("freezer"));
     let a_every = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script(""));
     for a in [a_freezer, a_every] {
