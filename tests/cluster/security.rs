@@ -52,7 +52,15 @@ fn watchdog_lines(job: u32) -> Vec<String> {
 fn sacct_field(job: u32, field: &str) -> String {
     admin(
         "sacct",
-        &["-n", "-X", "-P", "-j", &job.to_string(), "-o", &format!("{field}%4000")],
+        &[
+            "-n",
+            "-X",
+            "-P",
+            "-j",
+            &job.to_string(),
+            "-o",
+            &format!("{field}%4000"),
+        ],
     )
     .trim()
     .to_string()
@@ -99,9 +107,7 @@ fn remove_claim(gpu: Option<String>, pid: Option<String>) {
 fn f1_forged_gpu_variables_in_an_srun_job_neither_unwatch_it_nor_move_its_watchdog() {
     let t0 = Instant::now();
     user_dir("sec-f1"); // marks where this run's syslog begins
-    let _policy = install_policy(&policy(
-        "action = \"requeue\"\nno_requeue_action = \"cancel\"\n",
-    ));
+    let _policy = install_policy(&policy("action = \"requeue\"\nno_requeue_action = \"cancel\"\n"));
     let task = format!(
         "{PRINT_ALLOCATION}; f={FAKE_PROCS}/$G/$$; echo 20G > $f; sleep 20; rm -f $f; echo not-stopped"
     );
@@ -153,7 +159,9 @@ fn f1_forged_gpu_variables_in_an_srun_job_neither_unwatch_it_nor_move_its_watchd
             state(job)
         );
         let lines = wait_until(Duration::from_secs(5), || {
-            watchdog_lines(job).iter().any(|l| l.contains("cancelled (scancel)"))
+            watchdog_lines(job)
+                .iter()
+                .any(|l| l.contains("cancelled (scancel)"))
         })
         .then(|| watchdog_lines(job))
         .unwrap_or_else(|| panic!("job {job} {forged:?}: no cancel line: {:#?}", watchdog_lines(job)));
@@ -163,16 +171,22 @@ fn f1_forged_gpu_variables_in_an_srun_job_neither_unwatch_it_nor_move_its_watchd
             "job {job} {forged:?}: not watching GPU {gpu}: {lines:#?}"
         );
         assert!(
-            lines.iter().any(|l| l.contains("GPU memory 20G over its 8G quota")
-                && l.contains("cancelled (scancel)")),
+            lines
+                .iter()
+                .any(|l| l.contains("GPU memory 20G over its 8G quota") && l.contains("cancelled (scancel)")),
             "job {job} {forged:?}: {lines:#?}"
         );
         assert!(
-            !lines.iter().any(|l| l.contains("9999") || l.contains("not among NVML")),
+            !lines
+                .iter()
+                .any(|l| l.contains("9999") || l.contains("not among NVML")),
             "job {job} {forged:?}: the forged GPU reached the watchdog: {lines:#?}"
         );
         // Where the list the plugin passed on disagrees with slurmctld, slurmctld's wins.
-        for line in lines.iter().filter(|l| l.contains("the job's environment names GPU(s)")) {
+        for line in lines
+            .iter()
+            .filter(|l| l.contains("the job's environment names GPU(s)"))
+        {
             assert!(
                 line.contains(&format!("slurmctld allocated {gpu}: watching {gpu}")),
                 "job {job}: {line}"
@@ -247,7 +261,10 @@ fn f8_no_watchdog_outlives_a_forged_gpu_srun_job() {
     // Here the extern step's exit hook (PrologFlags=Contain) stops every watchdog. Where none runs,
     // the watchdog must stop by itself: one started as the plugin starts it (forged GPU list, NVML
     // that cannot be loaded) for a job that has ended gives up once slurmctld says so.
-    let &(job, _, _) = jobs.iter().find(|(_, forged, nvml)| *forged == "9999" && !nvml).unwrap();
+    let &(job, _, _) = jobs
+        .iter()
+        .find(|(_, forged, nvml)| *forged == "9999" && !nvml)
+        .unwrap();
     let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"));
     let home = std::fs::metadata(format!("/home/{}", test_user())).unwrap();
     let mut watchdog = Command::new(lab().join("bin/gpu-mem-quota"))
@@ -273,8 +290,14 @@ fn f8_no_watchdog_outlives_a_forged_gpu_srun_job() {
         let _ = watchdog.kill();
         let _ = watchdog.wait();
     }
-    assert!(exited, "job {job}: the watchdog of an ended job is still waiting for NVML");
-    eprintln!("f8: the watchdog of ended job {job} gave up after {:?}", started.elapsed());
+    assert!(
+        exited,
+        "job {job}: the watchdog of an ended job is still waiting for NVML"
+    );
+    eprintln!(
+        "f8: the watchdog of ended job {job} gave up after {:?}",
+        started.elapsed()
+    );
     assert!(
         wait_until(Duration::from_secs(5), || watchdog_lines(job)
             .iter()
@@ -318,16 +341,21 @@ fn f3_an_srun_that_hides_or_renames_its_account_is_held_to_its_real_accounts_cap
     let shim = dir.join("acct.so").display().to_string();
     let built = as_user(
         "gcc",
-        &["-shared", "-fPIC", "-o", &shim, &source.display().to_string(), "-ldl"],
+        &[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &shim,
+            &source.display().to_string(),
+            "-ldl",
+        ],
         &[],
     );
     assert!(built.status.success(), "gcc: {}", text(&built));
     let task = "echo acct=$SLURM_JOB_ACCOUNT; echo the-task-ran";
     let drop: Vec<(&str, String)> = vec![("LD_PRELOAD", shim.clone())];
-    let rename: Vec<(&str, String)> = vec![
-        ("LD_PRELOAD", shim.clone()),
-        ("SHIM_ACCOUNT", "chemistry".into()),
-    ];
+    let rename: Vec<(&str, String)> =
+        vec![("LD_PRELOAD", shim.clone()), ("SHIM_ACCOUNT", "chemistry".into())];
     let cases: Vec<(&str, &str, Vec<(&str, String)>)> = vec![
         ("control", "500G", vec![]),
         ("dropped", "500G", drop.clone()),
@@ -356,13 +384,18 @@ fn f3_an_srun_that_hides_or_renames_its_account_is_held_to_its_real_accounts_cap
         let all = text(&out);
         if *quota == "500G" {
             assert!(
-                !out.status.success() && !all.contains("the-task-ran")
+                !out.status.success()
+                    && !all.contains("the-task-ran")
                     && all.contains(&format!("refusing to start the task: {refusal}")),
                 "{case} {quota}: {all}"
             );
         } else {
             // The shim works: the step's environment says what it made srun write.
-            let expected = if *case == "renamed" { "acct=chemistry\n" } else { "acct=\n" };
+            let expected = if *case == "renamed" {
+                "acct=chemistry\n"
+            } else {
+                "acct=\n"
+            };
             assert!(
                 out.status.success() && all.contains("the-task-ran") && all.contains(expected),
                 "{case} {quota}: {all}"
@@ -398,7 +431,8 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     );
     // Run 0: the watchdog writes its record at its first sample with memory; then an admin requeue.
     assert!(
-        wait_until(Duration::from_secs(30), || admin_comment(job).contains("gpu-mem-quota:v1{")),
+        wait_until(Duration::from_secs(30), || admin_comment(job)
+            .contains("gpu-mem-quota:v1{")),
         "job {job}: no record while running: {:?} {:#?}",
         admin_comment(job),
         watchdog_lines(job)
@@ -415,7 +449,10 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     for claim in output.lines().filter_map(|l| l.strip_prefix("claim=")) {
         let _ = std::fs::remove_file(claim); // run 0's, killed by the requeue
     }
-    assert!(sacct_field(job, "Comment").contains("FORGED"), "the attack did not happen");
+    assert!(
+        sacct_field(job, "Comment").contains("FORGED"),
+        "the attack did not happen"
+    );
     let clean = |comment: &str| {
         ["FORGED", "n9/", "n8/", "q=1G", "preempted=9"]
             .iter()
@@ -427,7 +464,9 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
         comment.contains("gpu-mem-quota:v1{") && clean(&comment),
         "job {job}: AdminComment {comment:?}"
     );
-    wait_until(Duration::from_secs(15), || sacct_field(job, "AdminComment") == comment);
+    wait_until(Duration::from_secs(15), || {
+        sacct_field(job, "AdminComment") == comment
+    });
     let in_sacct = sacct_field(job, "AdminComment");
     assert!(
         in_sacct.contains("gpu-mem-quota:v1{") && clean(&in_sacct),
@@ -435,11 +474,13 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     );
     let run1 = output.split("run=1").nth(1).unwrap_or_default();
     assert!(
-        run1.contains("env:GPU_MEM_QUOTA_BYTES=8589934592\n")
-            && !run1.contains("GPU_MEM_QUOTA_LAST_EVENT"),
+        run1.contains("env:GPU_MEM_QUOTA_BYTES=8589934592\n") && !run1.contains("GPU_MEM_QUOTA_LAST_EVENT"),
         "job {job}: the forged record fed the restart: {output}"
     );
-    eprintln!("f4: job {job}: AdminComment {comment:?}\n{output}\n{:?}", t0.elapsed());
+    eprintln!(
+        "f4: job {job}: AdminComment {comment:?}\n{output}\n{:?}",
+        t0.elapsed()
+    );
 }
 
 /// F6: an admin's AdminComment on a running quota job survives the job setting its Comment to
@@ -482,9 +523,14 @@ fn f6_an_admins_text_and_our_record_survive_a_comment_imitating_an_admin_comment
         "job {job}: AdminComment {comment:?}; {:#?}",
         watchdog_lines(job)
     );
-    wait_until(Duration::from_secs(15), || kept(&sacct_field(job, "AdminComment")));
+    wait_until(Duration::from_secs(15), || {
+        kept(&sacct_field(job, "AdminComment"))
+    });
     let in_sacct = sacct_field(job, "AdminComment");
-    assert!(kept(&in_sacct), "job {job}: AdminComment in accounting {in_sacct:?}");
+    assert!(
+        kept(&in_sacct),
+        "job {job}: AdminComment in accounting {in_sacct:?}"
+    );
     assert_eq!(sacct_field(job, "Comment"), "see AdminComment=x");
     eprintln!("f6: job {job}: AdminComment {comment:?}: {:?}", t0.elapsed());
 }
@@ -505,7 +551,9 @@ impl Drop for MovedOut {
                     let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu.to_string()).join(pid));
                 }
             }
-            let _ = wait_until(Duration::from_secs(5), || std::fs::remove_dir(dir).is_ok() || !dir.exists());
+            let _ = wait_until(Duration::from_secs(5), || {
+                std::fs::remove_dir(dir).is_ok() || !dir.exists()
+            });
         }
         let _ = Command::new("scancel")
             .arg(self.b.to_string())
@@ -517,8 +565,16 @@ impl Drop for MovedOut {
 /// Job `job`'s step cgroup `step` in every v1 hierarchy that has Slurm's tree (`slurm*/uid_N`).
 fn v1_step_dirs(uid: u32, job: u32, step: &str) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    for hierarchy in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
-        for top in std::fs::read_dir(hierarchy.path()).into_iter().flatten().flatten() {
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for top in std::fs::read_dir(hierarchy.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if top.file_name().to_string_lossy().starts_with("slurm") {
                 let dir = top.path().join(format!("uid_{uid}/job_{job}/{step}"));
                 if dir.is_dir() {
@@ -546,7 +602,8 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
     let b = sbatch(&dir, &["--gres=gpu:1"], "sleep 120");
     let mut moved_out = MovedOut { dirs: Vec::new(), b };
     assert!(
-        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch").is_empty()),
+        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
+            .is_empty()),
         "job {b}: no step cgroup"
     );
     // The premise of the attribution code: Slurm's step directories are the user's, the files that
@@ -593,7 +650,9 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
         let moved_to = format!("/job_{b}/step_batch/x");
         assert!(
             output.contains("moved= freezer")
-                && output.lines().any(|l| l.contains(":freezer:") && l.ends_with(&moved_to)),
+                && output
+                    .lines()
+                    .any(|l| l.contains(":freezer:") && l.ends_with(&moved_to)),
             "job {a} did not move its process: {output}"
         );
         assert!(
@@ -609,15 +668,18 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
     eprintln!("f2: {:?}", t0.elapsed());
 }
 
-/// Defect 1: restart hints and a quota forged in the submit environment (and again before an
-/// srun) never reach a job that was not requeued; GPU_MEM_QUOTA_BYTES is its real quota.
+/// Defect 1: restart hints, a restart count and a quota forged in the submit environment (and
+/// again before an srun) never reach a job that was not requeued; GPU_MEM_QUOTA_BYTES is its quota.
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn defect1_forged_restart_hints_never_reach_a_job_that_was_not_requeued() {
     let t0 = Instant::now();
     let _policy = install_policy(OPEN_POLICY);
     let dir = user_dir("sec-d1");
+    // SLURM_RESTART_COUNT too: slurmd writes it only on a restart, so on a first run it is the
+    // user's, and it must not make the plugin hand out hints either.
     let forged = [
+        ("SLURM_RESTART_COUNT", "3"),
         ("GPU_MEM_QUOTA_RESTARTS", "3"),
         ("GPU_MEM_QUOTA_LAST_EVENT", "over-quota"),
         ("GPU_MEM_QUOTA_LAST_PEAK_BYTES", "1"),
@@ -648,6 +710,13 @@ fn defect1_forged_restart_hints_never_reach_a_job_that_was_not_requeued() {
         );
     }
     assert_eq!(job_field(job.id, "Restarts"), "0");
+    // The forgery was in the job's submit environment (AccountingStoreFlags=job_env).
+    let submitted = admin("sacct", &["-j", &job.id.to_string(), "--env-vars"]);
+    assert!(
+        submitted.contains("GPU_MEM_QUOTA_LAST_EVENT=over-quota"),
+        "job {}: {submitted}",
+        job.id
+    );
     eprintln!("defect1: {:?}", t0.elapsed());
 }
 
@@ -686,9 +755,14 @@ fn defect4_a_job_its_user_cancels_keeps_the_record_of_its_run() {
         "job {job}: AdminComment {comment:?}; {:#?}",
         watchdog_lines(job)
     );
-    wait_until(Duration::from_secs(15), || recorded(&sacct_field(job, "AdminComment")));
+    wait_until(Duration::from_secs(15), || {
+        recorded(&sacct_field(job, "AdminComment"))
+    });
     let in_sacct = sacct_field(job, "AdminComment");
-    assert!(recorded(&in_sacct), "job {job}: AdminComment in accounting {in_sacct:?}");
+    assert!(
+        recorded(&in_sacct),
+        "job {job}: AdminComment in accounting {in_sacct:?}"
+    );
     assert_cleaned_up(job);
     eprintln!("defect4: job {job}: {comment:?}: {:?}", t0.elapsed());
 }
