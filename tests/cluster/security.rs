@@ -711,7 +711,9 @@ fn defect1_forged_restart_hints_never_reach_a_job_that_was_not_requeued() {
     }
     assert_eq!(job_field(job.id, "Restarts"), "0");
     // The forgery was in the job's submit environment (AccountingStoreFlags=job_env).
-    let submitted = admin("sacct", &["-j", &job.id.to_string(), "--env-vars"]);
+    let env_vars = || admin("sacct", &["-j", &job.id.to_string(), "--env-vars"]);
+    wait_until(Duration::from_secs(15), || env_vars().contains("GPU_MEM_QUOTA_"));
+    let submitted = env_vars();
     assert!(
         submitted.contains("GPU_MEM_QUOTA_LAST_EVENT=over-quota"),
         "job {}: {submitted}",
