@@ -175,7 +175,8 @@ impl Spank {
     }
 
     /// How many times the job was requeued, as slurmstepd knows it from slurmctld (the job's own
-    /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps).
+    /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps). Slurm 22.05 answers 0 in
+    /// the batch step whatever the count (it keeps the count for the environment only).
     pub fn restart_count(&self) -> Result<u32, SpankError> {
         let mut count: u32 = 0;
         // SAFETY: S_SLURM_RESTART_COUNT takes one `uint32_t *`.

@@ -181,17 +181,17 @@ fn restart_hints(
     tuning: &Tuning,
 ) -> Vec<(&'static str, String)> {
     let job = job_id.to_string();
-    match spank.restart_count() {
-        Ok(0) => return Vec::new(),
-        Ok(_) => {}
+    let mut tools = SlurmTools::find();
+    if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
+        tools = tools.with_slurm_conf(&conf);
+    }
+    match restarted(spank, &tools, job_id) {
+        Ok(false) => return Vec::new(),
+        Ok(true) => {}
         Err(e) => {
             log::error(&format!("job {job}: no restart hints: {e}"));
             return Vec::new();
         }
-    }
-    let mut tools = SlurmTools::find();
-    if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
     }
     let admin_comment = match tools.admin_comment(job_id) {
         Ok(text) => text,
@@ -236,6 +236,25 @@ fn restart_hints(
     }
     log::info(&line);
     hints::hint_vars(&advice)
+}
+
+/// Whether this run is a restart. slurmstepd's own count (`S_SLURM_RESTART_COUNT`) is trusted when
+/// it says so, but Slurm 22.05 leaves it 0 in the batch step (on the dev cluster a requeued batch
+/// job got 0 in every run), and `SLURM_RESTART_COUNT` is the user's to set on a first run and in
+/// srun steps (and a restart's own was not seen here either: keying on it gave no hints). So
+/// slurmctld's count decides: one squeue per step of a job with a quota, bounded like the
+/// identity's.
+fn restarted(spank: &Spank, tools: &SlurmTools, job_id: u32) -> Result<bool, String> {
+    if spank.restart_count().is_ok_and(|count| count > 0) {
+        return Ok(true);
+    }
+    let mut tools = tools.clone();
+    tools.timeout = std::time::Duration::from_secs(5);
+    tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
+    tools
+        .job(job_id)
+        .map(|job| job.restarts > 0)
+        .map_err(|e| format!("cannot read the job's restart count from slurmctld: {e}"))
 }
 
 /// The job is done on this node (extern step) or its batch script is (batch step): stop the watchdog.

@@ -6,5 +6,6 @@ mod plugin;
 mod policy;
 mod preempt;
 mod report;
+mod security;
 mod support;
 mod watchdog;

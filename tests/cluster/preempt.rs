@@ -75,7 +75,8 @@ impl Pair {
         assert!(running(a), "A ({a}) did not start");
         std::thread::sleep(Duration::from_secs(2));
         let b_script = format!(
-            "echo run=${{SLURM_RESTART_COUNT:-0}} event=$GPU_MEM_QUOTA_LAST_EVENT; \
+            "echo run=${{SLURM_RESTART_COUNT:-0}} event=$GPU_MEM_QUOTA_LAST_EVENT \
+             scale=$GPU_MEM_QUOTA_BATCH_SCALE peak=$GPU_MEM_QUOTA_LAST_PEAK_BYTES; \
              {CLAIM}; echo 5G > $f; while [ ! -e {go} ]; do sleep 0.2; done; echo {b_bytes} > $f; sleep 90",
             go = go.display()
         );
@@ -131,6 +132,8 @@ fn fresh_gpus() {
     }
 }
 
+/// Also defect 2: the preempted job, within its quota, restarts as preempted at batch scale 1.00
+/// with the peak it really had.
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn the_lower_priority_job_is_requeued_and_the_other_keeps_running() {
@@ -164,8 +167,10 @@ fn the_lower_priority_job_is_requeued_and_the_other_keeps_running() {
     let (dir, b) = (pair.dir.clone(), pair.b);
     let restarted = wait_until(Duration::from_secs(40), || output(&dir, "b", b).contains("run=1"));
     assert!(restarted, "B did not restart");
+    // Defect 2: it stayed within its quota (28G of 30G), so its batch needs no shrinking, and its
+    // peak is the 28G it had, not its quota.
     assert!(
-        output(&dir, "b", b).contains("run=1 event=preempted"),
+        output(&dir, "b", b).contains("run=1 event=preempted scale=1.00 peak=30064771072\n"),
         "{}",
         output(&dir, "b", b)
     );

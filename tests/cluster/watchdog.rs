@@ -32,7 +32,7 @@ fn watchdog_pids(job: u32) -> Vec<u32> {
 }
 
 /// After the job is gone: no watchdog process and no runtime files are left for it.
-fn assert_cleaned_up(job: u32) {
+pub(crate) fn assert_cleaned_up(job: u32) {
     let dir = runtime_dir().join("jobs").join(job.to_string());
     let clean = wait_until(Duration::from_secs(10), || {
         watchdog_pids(job).is_empty() && !dir.exists()
@@ -323,9 +323,10 @@ fn a_gpu_lost_mid_run_never_harms_the_job() {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_named_like_an_admin_comment_is_still_enforced() {
-    // One requeue of ours allowed, then cancel. The job's name imitates an AdminComment, so next to
-    // the site's real one it makes the AdminComment unreadable: the watchdog must then count the
-    // admin's requeue as one of its own and escalate, not requeue as if it were a first offence.
+    // One requeue of ours allowed, then cancel. The job's name imitates an AdminComment next to the
+    // site's real one. The AdminComment is read from `squeue --json` (review F4), where a name
+    // cannot pose as it: the imitation changes nothing. The admin's requeue is not ours, the
+    // watchdog's first is, and its second offence is escalated; the site's text stays.
     let _policy = install_policy(&policy(
         "action = \"requeue\"\nmax_requeues = 1\nescalation = \"cancel\"\n",
     ));
@@ -360,20 +361,24 @@ fn a_job_named_like_an_admin_comment_is_still_enforced() {
     assert!(ended, "job {job} not cancelled: {}", job_field(job, "JobState"));
     assert_eq!(
         job_field(job, "Restarts"),
-        "1",
-        "requeued again instead of escalated"
+        "2",
+        "the admin's requeue, then one of ours, then the escalation"
     );
     let log = syslog();
     assert!(
-        log.lines().any(
-            |l| l.contains(&format!("job {job}: the job's AdminComment cannot be read"))
-                && l.contains("counting all 1 restart(s)")
-        ),
-        "no log line for the unreadable AdminComment"
+        log.lines().any(|l| l.contains(&format!(
+            "job {job}: requeued 1 time(s) for GPU memory already (max_requeues = 1): escalating"
+        ))),
+        "no escalation line"
+    );
+    assert!(
+        !log.lines()
+            .any(|l| l.contains(&format!("job {job}: the job's AdminComment cannot be read"))),
+        "the job's name made its AdminComment unreadable"
     );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     assert!(
-        output.contains("run=1") && !output.contains("not-stopped"),
+        output.contains("run=2") && !output.contains("not-stopped"),
         "output: {output}"
     );
     assert_cleaned_up(job);

@@ -1,0 +1,770 @@
+//! The security review's attacks (docs: /work/shared/reviews/security-2026-12.md, findings F1-F8 and
+//! the live-cluster scenarios L1-L6) and the held-out defects, each performed as the ordinary test
+//! user on the dev cluster, with the outcome read from Slurm (job state, AdminComment in accounting),
+//! the job's output and the watchdog's syslog lines.
+//! Defect 2 (a preempted job's restart hints) is checked in preempt.rs, where preemption is set up.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use crate::watchdog::assert_cleaned_up;
+
+const FAKE_PROCS: &str = "/var/lib/fake-nvml/procs";
+
+/// Fast enforcement: sample every 500 ms, 1 s of grace; `extra` goes into `[enforcement]`.
+fn policy(extra: &str) -> String {
+    format!("[defaults]\ndefault = \"none\"\n\n[enforcement]\ninterval = \"500ms\"\ngrace = \"1s\"\n{extra}")
+}
+
+/// stdout and stderr of a command, together.
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The value after `key=` on the first line of `text` that has it (up to the next space).
+fn value_of(text: &str, key: &str) -> Option<String> {
+    let needle = format!("{key}=");
+    text.lines().find_map(|line| {
+        let at = line.find(&needle)?;
+        Some(line[at + needle.len()..].split(' ').next()?.to_string())
+    })
+}
+
+/// This run's syslog lines of our watchdogs about `job`.
+fn watchdog_lines(job: u32) -> Vec<String> {
+    let about = format!(": job {job}: ");
+    syslog()
+        .lines()
+        .filter(|l| l.contains("gpu-mem-quota[") && l.contains(&about))
+        .map(str::to_string)
+        .collect()
+}
+
+/// One field of the job's accounting record (`sacct`): AdminComment as slurmdbd has it, a field
+/// no user text can pose as (unlike `scontrol show job`, where a JobName or Comment can imitate it).
+fn sacct_field(job: u32, field: &str) -> String {
+    admin(
+        "sacct",
+        &[
+            "-n",
+            "-X",
+            "-P",
+            "-j",
+            &job.to_string(),
+            "-o",
+            &format!("{field}%4000"),
+        ],
+    )
+    .trim()
+    .to_string()
+}
+
+/// The job's AdminComment as slurmctld has it, while it knows the job (running, or ended within
+/// MinJobAge): `squeue --json` gives it as its own field, which no user text can pose as. Accounting
+/// (`sacct_field`) has it only once the job has ended.
+fn admin_comment(job: u32) -> String {
+    let out = admin("squeue", &["--json"]);
+    let all: serde_json::Value = serde_json::from_str(&out).expect("squeue --json");
+    all["jobs"]
+        .as_array()
+        .and_then(|jobs| jobs.iter().find(|j| j["job_id"] == job))
+        .and_then(|j| j["admin_comment"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn state(job: u32) -> String {
+    job_field(job, "JobState")
+}
+
+fn ended_as(job: u32, expected: &str, timeout: Duration) -> bool {
+    wait_until(timeout, || state(job) == expected)
+}
+
+/// The GPU index slurmctld allocated, as the job's own task prints it (`scontrol -d`: `IDX:N`).
+const PRINT_ALLOCATION: &str =
+    "G=$(scontrol -d show job $SLURM_JOB_ID | sed -n 's/.*(IDX:\\([0-9]*\\)).*/\\1/p'); \
+     echo id=$SLURM_JOB_ID alloc=$G job_gpus=$SLURM_JOB_GPUS step_gpus=$SLURM_STEP_GPUS pid=$$";
+
+fn remove_claim(gpu: Option<String>, pid: Option<String>) {
+    if let (Some(gpu), Some(pid)) = (gpu, pid) {
+        let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu).join(pid));
+    }
+}
+
+/// F1: a forged SLURM_JOB_GPUS (an unknown index, garbage; also with every GPU variable forged) in
+/// an srun job neither unwatches it nor points the watchdog at another GPU: it is cancelled
+/// (no_requeue_action) over its quota, watching the GPU slurmctld allocated.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f1_forged_gpu_variables_in_an_srun_job_neither_unwatch_it_nor_move_its_watchdog() {
+    let t0 = Instant::now();
+    user_dir("sec-f1"); // marks where this run's syslog begins
+    let _policy = install_policy(&policy("action = \"requeue\"\nno_requeue_action = \"cancel\"\n"));
+    let task = format!(
+        "{PRINT_ALLOCATION}; f={FAKE_PROCS}/$G/$$; echo 20G > $f; sleep 20; rm -f $f; echo not-stopped"
+    );
+    let forgeries: Vec<Vec<(&'static str, &'static str)>> = vec![
+        vec![("SLURM_JOB_GPUS", "9999")],
+        vec![("SLURM_JOB_GPUS", "x")],
+        vec![
+            ("SLURM_JOB_GPUS", "9999"),
+            ("SLURM_STEP_GPUS", "9999"),
+            ("CUDA_VISIBLE_DEVICES", "9999"),
+        ],
+    ];
+    let runs: Vec<_> = forgeries
+        .iter()
+        .cloned()
+        .map(|env| {
+            let task = task.clone();
+            std::thread::spawn(move || {
+                as_user(
+                    "srun",
+                    &["--gres=gpu:1", "--gpu-mem-quota=8G", "bash", "-c", &task],
+                    &env,
+                )
+            })
+        })
+        .collect();
+    for (forged, run) in forgeries.iter().zip(runs) {
+        let out = run.join().unwrap();
+        let all = text(&out);
+        remove_claim(value_of(&all, "alloc"), value_of(&all, "pid"));
+        let job: u32 = value_of(&all, "id")
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("{forged:?}: no job id: {all}"));
+        let gpu = value_of(&all, "alloc").filter(|g| !g.is_empty());
+        let gpu = gpu.unwrap_or_else(|| panic!("job {job} {forged:?}: no allocation: {all}"));
+        // The forgery reached the step unchanged (srun exports the caller's environment).
+        assert_eq!(
+            value_of(&all, "job_gpus").as_deref(),
+            Some(forged[0].1),
+            "job {job}: {all}"
+        );
+        assert!(
+            !out.status.success() && !all.contains("not-stopped"),
+            "job {job} {forged:?} ran on over its quota: {all}"
+        );
+        assert!(
+            ended_as(job, "CANCELLED", Duration::from_secs(10)),
+            "job {job} {forged:?}: {}",
+            state(job)
+        );
+        let lines = wait_until(Duration::from_secs(5), || {
+            watchdog_lines(job)
+                .iter()
+                .any(|l| l.contains("cancelled (scancel)"))
+        })
+        .then(|| watchdog_lines(job))
+        .unwrap_or_else(|| panic!("job {job} {forged:?}: no cancel line: {:#?}", watchdog_lines(job)));
+        let watching = format!(": job {job}: watching GPU(s) {gpu} with quota 8G per GPU");
+        assert!(
+            lines.iter().any(|l| l.contains(&watching)),
+            "job {job} {forged:?}: not watching GPU {gpu}: {lines:#?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("GPU memory 20G over its 8G quota") && l.contains("cancelled (scancel)")),
+            "job {job} {forged:?}: {lines:#?}"
+        );
+        assert!(
+            !lines
+                .iter()
+                .any(|l| l.contains("9999") || l.contains("not among NVML")),
+            "job {job} {forged:?}: the forged GPU reached the watchdog: {lines:#?}"
+        );
+        // Where the list the plugin passed on disagrees with slurmctld, slurmctld's wins.
+        for line in lines
+            .iter()
+            .filter(|l| l.contains("the job's environment names GPU(s)"))
+        {
+            assert!(
+                line.contains(&format!("slurmctld allocated {gpu}: watching {gpu}")),
+                "job {job}: {line}"
+            );
+        }
+        eprintln!("job {job} {forged:?}: GPU {gpu}: {lines:#?}");
+    }
+    eprintln!("f1: {:?}", t0.elapsed());
+}
+
+/// F8: no watchdog outlives its job: forged-GPU srun jobs (with NVML there, and with NVML that
+/// cannot be loaded, where the watchdog waits for it) leave no watchdog process and no jobs/<id>.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f8_no_watchdog_outlives_a_forged_gpu_srun_job() {
+    let t0 = Instant::now();
+    user_dir("sec-f8"); // marks where this run's syslog begins
+    let mut jobs = Vec::new();
+    for nvml in ["", "nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"] {
+        let _policy = install_policy(&policy(nvml));
+        let runs: Vec<_> = ["9999", "x"]
+            .into_iter()
+            .map(|forged| {
+                std::thread::spawn(move || {
+                    let out = as_user(
+                        "srun",
+                        &[
+                            "--gres=gpu:1",
+                            "--gpu-mem-quota=8G",
+                            "sh",
+                            "-c",
+                            "echo id=$SLURM_JOB_ID; sleep 1",
+                        ],
+                        &[("SLURM_JOB_GPUS", forged)],
+                    );
+                    (forged, out)
+                })
+            })
+            .collect();
+        for run in runs {
+            let (forged, out) = run.join().unwrap();
+            let job: u32 = value_of(&text(&out), "id")
+                .and_then(|id| id.parse().ok())
+                .unwrap_or_else(|| panic!("{forged}: no job id: {}", text(&out)));
+            assert!(out.status.success(), "job {job}: {}", text(&out));
+            jobs.push((job, forged, nvml.is_empty()));
+        }
+    }
+    for &(job, forged, nvml) in &jobs {
+        assert!(
+            ended_as(job, "COMPLETED", Duration::from_secs(10)),
+            "job {job}: {}",
+            state(job)
+        );
+        assert_cleaned_up(job);
+        let pgrep = Command::new("pgrep")
+            .args(["-af", "gpu-mem-quota watchdog"])
+            .output()
+            .unwrap();
+        let pgrep = String::from_utf8_lossy(&pgrep.stdout);
+        assert!(
+            !pgrep.contains(&format!("--job={job} ")),
+            "job {job} (SLURM_JOB_GPUS={forged}, NVML there: {nvml}): {pgrep}"
+        );
+        assert!(
+            !watchdog_lines(job).iter().any(|l| l.contains("9999")),
+            "job {job}: {:#?}",
+            watchdog_lines(job)
+        );
+    }
+    eprintln!("f8: srun jobs {jobs:?}: {:?}", t0.elapsed());
+    // Here the extern step's exit hook (PrologFlags=Contain) stops every watchdog. Where none runs,
+    // the watchdog must stop by itself: one started as the plugin starts it (forged GPU list, NVML
+    // that cannot be loaded) for a job that has ended gives up once slurmctld says so.
+    let &(job, _, _) = jobs
+        .iter()
+        .find(|(_, forged, nvml)| *forged == "9999" && !nvml)
+        .unwrap();
+    let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"));
+    let home = std::fs::metadata(format!("/home/{}", test_user())).unwrap();
+    let mut watchdog = Command::new(lab().join("bin/gpu-mem-quota"))
+        .args([
+            "watchdog".to_string(),
+            format!("--job={job}"),
+            format!("--uid={}", home.uid()),
+            format!("--gid={}", home.gid()),
+            "--gpus=9999".to_string(),
+            format!("--config={}", lab().join("etc/gpu-mem-quota.toml").display()),
+            "--quota-bytes=8589934592".to_string(),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SLURM_CONF", slurm_conf())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let exited = wait_until(Duration::from_secs(50), || {
+        watchdog.try_wait().ok().flatten().is_some()
+    });
+    if !exited {
+        let _ = watchdog.kill();
+        let _ = watchdog.wait();
+    }
+    assert!(
+        exited,
+        "job {job}: the watchdog of an ended job is still waiting for NVML"
+    );
+    eprintln!(
+        "f8: the watchdog of ended job {job} gave up after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || watchdog_lines(job)
+            .iter()
+            .any(|l| l.contains("the job is no longer running here"))),
+        "job {job}: {:#?}",
+        watchdog_lines(job)
+    );
+    assert!(!runtime_dir().join(format!("jobs/{job}")).exists());
+    eprintln!("f8: {:?}", t0.elapsed());
+}
+
+/// F3: an srun whose LD_PRELOAD shim drops or renames SLURM_JOB_ACCOUNT (L4) is still held to its
+/// real account's cap on the node: the plugin asks slurmctld in srun steps.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f3_an_srun_that_hides_or_renames_its_account_is_held_to_its_real_accounts_cap() {
+    let t0 = Instant::now();
+    // physics is capped at 40G; chemistry (what the shim claims) at 600G; no user rule, so the
+    // submit host cannot know the cap and the node decides.
+    let _policy = install_policy(
+        "[defaults]\ndefault = \"none\"\nmax = \"64G\"\n[account.physics]\nmax = \"40G\"\n\
+         [account.chemistry]\nmax = \"600G\"\n",
+    );
+    let dir = user_dir("sec-f3");
+    let source = dir.join("acct.c");
+    std::fs::write(
+        &source,
+        "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdlib.h>\n#include <string.h>\n\
+         /* srun's setup_env() -> setenvf() -> setenv(): drop SLURM_JOB_ACCOUNT, or rename it to $SHIM_ACCOUNT */\n\
+         int setenv(const char *n, const char *v, int o) {\n\
+             static int (*real)(const char *, const char *, int);\n\
+             if (!real) real = (int (*)(const char *, const char *, int))dlsym(RTLD_NEXT, \"setenv\");\n\
+             if (!strcmp(n, \"SLURM_JOB_ACCOUNT\")) {\n\
+                 const char *to = getenv(\"SHIM_ACCOUNT\");\n\
+                 return to ? real(n, to, o) : 0;\n\
+             }\n\
+             return real(n, v, o);\n\
+         }\n",
+    )
+    .unwrap();
+    let shim = dir.join("acct.so").display().to_string();
+    let built = as_user(
+        "gcc",
+        &[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &shim,
+            &source.display().to_string(),
+            "-ldl",
+        ],
+        &[],
+    );
+    assert!(built.status.success(), "gcc: {}", text(&built));
+    let task = "echo acct=$SLURM_JOB_ACCOUNT; echo the-task-ran";
+    let drop: Vec<(&str, String)> = vec![("LD_PRELOAD", shim.clone())];
+    let rename: Vec<(&str, String)> =
+        vec![("LD_PRELOAD", shim.clone()), ("SHIM_ACCOUNT", "chemistry".into())];
+    let cases: Vec<(&str, &str, Vec<(&str, String)>)> = vec![
+        ("control", "500G", vec![]),
+        ("dropped", "500G", drop.clone()),
+        ("renamed", "500G", rename.clone()),
+        ("dropped", "8G", drop),
+        ("renamed", "8G", rename),
+    ];
+    let runs: Vec<_> = cases
+        .iter()
+        .map(|(_, quota, env)| {
+            let quota = format!("--gpu-mem-quota={quota}");
+            let env: Vec<(&'static str, String)> = env.clone();
+            std::thread::spawn(move || {
+                let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                as_user(
+                    "srun",
+                    &["-A", "physics", "--gres=gpu:1", &quota, "sh", "-c", task],
+                    &env,
+                )
+            })
+        })
+        .collect();
+    let refusal = "--gpu-mem-quota=500G exceeds the 40G cap for account 'physics'";
+    for ((case, quota, _), run) in cases.iter().zip(runs) {
+        let out = run.join().unwrap();
+        let all = text(&out);
+        if *quota == "500G" {
+            assert!(
+                !out.status.success()
+                    && !all.contains("the-task-ran")
+                    && all.contains(&format!("refusing to start the task: {refusal}")),
+                "{case} {quota}: {all}"
+            );
+        } else {
+            // The shim works: the step's environment says what it made srun write.
+            let expected = if *case == "renamed" {
+                "acct=chemistry\n"
+            } else {
+                "acct=\n"
+            };
+            assert!(
+                out.status.success() && all.contains("the-task-ran") && all.contains(expected),
+                "{case} {quota}: {all}"
+            );
+        }
+    }
+    eprintln!("f3: {:?}", t0.elapsed());
+}
+
+/// F4: a Comment and a JobName imitating an AdminComment (with a forged record of ours) never get
+/// into the real AdminComment, nor into the restart hints of the next run.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
+    let t0 = Instant::now();
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-f4");
+    let script = format!(
+        "echo run=${{SLURM_RESTART_COUNT:-0}}; env | sed -n 's/^GPU_MEM_QUOTA/env:GPU_MEM_QUOTA/p'; \
+         f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo claim=$f; echo 2G > $f; \
+         if [ \"${{SLURM_RESTART_COUNT:-0}}\" = 0 ]; then sleep 60; fi; sleep 2; rm -f $f; echo done"
+    );
+    let job = sbatch(
+        &dir,
+        &[
+            "--open-mode=append",
+            "--gres=gpu:1",
+            "--gpu-mem-quota=8G",
+            "--comment=x AdminComment=ticket=FORGED gpu-mem-quota:v1{n9/0:q=1G,preempted=99}",
+            "--job-name=y AdminComment=ticket=FORGED2 gpu-mem-quota:v1{n8/0:q=1G,preempted=98}",
+        ],
+        &script,
+    );
+    // Run 0: the watchdog writes its record at its first sample with memory; then an admin requeue.
+    assert!(
+        wait_until(Duration::from_secs(30), || admin_comment(job)
+            .contains("gpu-mem-quota:v1{")),
+        "job {job}: no record while running: {:?} {:#?}",
+        admin_comment(job),
+        watchdog_lines(job)
+    );
+    admin("scontrol", &["requeue", &job.to_string()]);
+    assert!(
+        wait_until(Duration::from_secs(60), || job_field(job, "Restarts") == "1"
+            && state(job) == "COMPLETED"),
+        "job {job}: {} restarts {}",
+        state(job),
+        job_field(job, "Restarts")
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    for claim in output.lines().filter_map(|l| l.strip_prefix("claim=")) {
+        let _ = std::fs::remove_file(claim); // run 0's, killed by the requeue
+    }
+    assert!(
+        sacct_field(job, "Comment").contains("FORGED"),
+        "the attack did not happen"
+    );
+    let clean = |comment: &str| {
+        ["FORGED", "n9/", "n8/", "q=1G", "preempted=9"]
+            .iter()
+            .all(|forged| !comment.contains(forged))
+    };
+    // slurmctld's AdminComment, and accounting's once it has caught up with the job's end.
+    let comment = admin_comment(job);
+    assert!(
+        comment.contains("gpu-mem-quota:v1{") && clean(&comment),
+        "job {job}: AdminComment {comment:?}"
+    );
+    wait_until(Duration::from_secs(15), || {
+        sacct_field(job, "AdminComment") == comment
+    });
+    let in_sacct = sacct_field(job, "AdminComment");
+    assert!(
+        in_sacct.contains("gpu-mem-quota:v1{") && clean(&in_sacct),
+        "job {job}: AdminComment in accounting {in_sacct:?}"
+    );
+    let run1 = output.split("run=1").nth(1).unwrap_or_default();
+    assert!(
+        run1.contains("env:GPU_MEM_QUOTA_BYTES=8589934592\n") && !run1.contains("GPU_MEM_QUOTA_LAST_EVENT"),
+        "job {job}: the forged record fed the restart: {output}"
+    );
+    eprintln!(
+        "f4: job {job}: AdminComment {comment:?}\n{output}\n{:?}",
+        t0.elapsed()
+    );
+}
+
+/// F6: an admin's AdminComment on a running quota job survives the job setting its Comment to
+/// `see AdminComment=x`, and so does our record.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f6_an_admins_text_and_our_record_survive_a_comment_imitating_an_admin_comment() {
+    let t0 = Instant::now();
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-f6");
+    let go = dir.join("go");
+    let script = format!(
+        "f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; while [ ! -e {go} ]; do sleep 0.2; done; echo 2G > $f; \
+         sleep 2; scontrol update JobId=$SLURM_JOB_ID Comment='see AdminComment=x' && echo comment-set; \
+         sleep 1; rm -f $f; echo done",
+        go = go.display()
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script);
+    assert!(
+        wait_until(Duration::from_secs(30), || state(job) == "RUNNING"),
+        "job {job}: {}",
+        state(job)
+    );
+    admin(
+        "scontrol",
+        &["update", &format!("JobId={job}"), "AdminComment=ticket=INC42"],
+    );
+    run_checked(Command::new("touch").arg(&go));
+    assert!(
+        ended_as(job, "COMPLETED", Duration::from_secs(30)),
+        "job {job}: {}",
+        state(job)
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    assert!(output.contains("comment-set"), "job {job}: {output}");
+    let kept = |c: &str| c.contains("ticket=INC42") && c.contains("gpu-mem-quota:v1{");
+    let comment = admin_comment(job);
+    assert!(
+        kept(&comment),
+        "job {job}: AdminComment {comment:?}; {:#?}",
+        watchdog_lines(job)
+    );
+    wait_until(Duration::from_secs(15), || {
+        kept(&sacct_field(job, "AdminComment"))
+    });
+    let in_sacct = sacct_field(job, "AdminComment");
+    assert!(
+        kept(&in_sacct),
+        "job {job}: AdminComment in accounting {in_sacct:?}"
+    );
+    assert_eq!(sacct_field(job, "Comment"), "see AdminComment=x");
+    eprintln!("f6: job {job}: AdminComment {comment:?}: {:?}", t0.elapsed());
+}
+
+/// Kills what job A left in job B's cgroups (the moved processes) and removes the child cgroups.
+struct MovedOut {
+    dirs: Vec<PathBuf>,
+    b: u32,
+}
+
+impl Drop for MovedOut {
+    fn drop(&mut self) {
+        for dir in &self.dirs {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+                for gpu in 0..4 {
+                    let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu.to_string()).join(pid));
+                }
+            }
+            let _ = wait_until(Duration::from_secs(5), || {
+                std::fs::remove_dir(dir).is_ok() || !dir.exists()
+            });
+        }
+        let _ = Command::new("scancel")
+            .arg(self.b.to_string())
+            .env("SLURM_CONF", slurm_conf())
+            .status();
+    }
+}
+
+/// Job `job`'s step cgroup `step` in every v1 hierarchy that has Slurm's tree (`slurm*/uid_N`).
+fn v1_step_dirs(uid: u32, job: u32, step: &str) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for hierarchy in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for top in std::fs::read_dir(hierarchy.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if top.file_name().to_string_lossy().starts_with("slurm") {
+                let dir = top.path().join(format!("uid_{uid}/job_{job}/{step}"));
+                if dir.is_dir() {
+                    dirs.push(dir);
+                }
+            }
+        }
+    }
+    dirs
+}
+
+/// F2 (L3, cgroup v1): a GPU process that job A moves into a child cgroup it made below another of
+/// its user's jobs (B), in the freezer hierarchy or in every Slurm hierarchy, still counts for A.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
+    if !Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        eprintln!("skipped: not a cgroup v1 node");
+        return;
+    }
+    let t0 = Instant::now();
+    let _policy = install_policy(&policy("action = \"cancel\"\n"));
+    let dir = user_dir("sec-f2");
+    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
+    let b = sbatch(&dir, &["--gres=gpu:1"], "sleep 120");
+    let mut moved_out = MovedOut { dirs: Vec::new(), b };
+    assert!(
+        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
+            .is_empty()),
+        "job {b}: no step cgroup"
+    );
+    // The premise of the attribution code: Slurm's step directories are the user's, the files that
+    // move processes into them root's.
+    for step in v1_step_dirs(uid, b, "step_batch") {
+        let owner = |p: &Path| std::fs::metadata(p).map(|m| m.uid()).unwrap_or(u32::MAX);
+        assert_eq!(owner(&step), uid, "{}", step.display());
+        for file in ["cgroup.procs", "tasks"] {
+            assert_eq!(owner(&step.join(file)), 0, "{}/{file}", step.display());
+        }
+        moved_out.dirs.push(step.join("x"));
+    }
+    // The job's GPU process moves itself into job_B/step_batch/x, in freezer only ($2) or in every
+    // Slurm hierarchy, and then allocates 20G of its 8G quota.
+    let mover = dir.join("move.sh");
+    std::fs::write(
+        &mover,
+        format!(
+            "#!/bin/bash\nB=$1 ONLY=$2 GPU=${{SLURM_JOB_GPUS%%,*}}\n\
+             ( moved=\n  while IFS=: read -r id ctl path; do\n\
+                 case \"$ctl\" in ''|name=*) continue;; esac\n\
+                 case \"$path\" in /slurm*/uid_*/job_$SLURM_JOB_ID/*) ;; *) continue;; esac\n\
+                 [ -n \"$ONLY\" ] && [ \"$ctl\" != \"$ONLY\" ] && continue\n\
+                 to=/sys/fs/cgroup/$ctl$(echo \"$path\" | sed \"s|/job_$SLURM_JOB_ID/.*|/job_$B/step_batch|\")/x\n\
+                 mkdir -p $to && echo $BASHPID > $to/cgroup.procs && moved=\"$moved $ctl\"\n\
+               done < /proc/$BASHPID/cgroup\n\
+               echo \"moved=$moved pid=$BASHPID gpu=$GPU\"; sed 's/^/cgroup:/' /proc/$BASHPID/cgroup\n\
+               echo 20G > {FAKE_PROCS}/$GPU/$BASHPID; exec sleep 60 ) &\n\
+             sleep 60; echo not-stopped\n"
+        ),
+    )
+    .unwrap();
+    let script = |only: &str| format!("bash {} {b} {only}", mover.display());
+    let a_freezer = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script("freezer"));
+    let a_every = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script(""));
+    for a in [a_freezer, a_every] {
+        assert!(
+            ended_as(a, "CANCELLED", Duration::from_secs(40)),
+            "job {a} was not enforced: {}; {:#?}",
+            state(a),
+            watchdog_lines(a)
+        );
+        let output = std::fs::read_to_string(dir.join(format!("job-{a}.out"))).unwrap_or_default();
+        let moved_to = format!("/job_{b}/step_batch/x");
+        assert!(
+            output.contains("moved= freezer")
+                && output
+                    .lines()
+                    .any(|l| l.contains(":freezer:") && l.ends_with(&moved_to)),
+            "job {a} did not move its process: {output}"
+        );
+        assert!(
+            watchdog_lines(a)
+                .iter()
+                .any(|l| l.contains("GPU memory 20G over its 8G quota") && l.contains("cancelled")),
+            "job {a}: {:#?}",
+            watchdog_lines(a)
+        );
+        eprintln!("job {a}: {output}");
+    }
+    drop(moved_out);
+    eprintln!("f2: {:?}", t0.elapsed());
+}
+
+/// Defect 1: restart hints, a restart count and a quota forged in the submit environment (and
+/// again before an srun) never reach a job that was not requeued; GPU_MEM_QUOTA_BYTES is its quota.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn defect1_forged_restart_hints_never_reach_a_job_that_was_not_requeued() {
+    let t0 = Instant::now();
+    let _policy = install_policy(OPEN_POLICY);
+    let dir = user_dir("sec-d1");
+    // SLURM_RESTART_COUNT too: slurmd writes it only on a restart, so on a first run it is the
+    // user's, and it must not make the plugin hand out hints either.
+    let forged = [
+        ("SLURM_RESTART_COUNT", "3"),
+        ("GPU_MEM_QUOTA_RESTARTS", "3"),
+        ("GPU_MEM_QUOTA_LAST_EVENT", "over-quota"),
+        ("GPU_MEM_QUOTA_LAST_PEAK_BYTES", "1"),
+        ("GPU_MEM_QUOTA_BATCH_SCALE", "0.10"),
+        ("GPU_MEM_QUOTA_BYTES", "1"),
+    ];
+    let export: Vec<String> = forged.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let show = |marker: &str| format!("sh -c \"env | sed -n 's/^GPU_MEM_QUOTA/{marker}:GPU_MEM_QUOTA/p'\"");
+    let script = format!(
+        "{}; srun {}; export {}; srun {}",
+        show("batch"),
+        show("task"),
+        export.join(" "),
+        show("forged-task")
+    );
+    let job = sbatch_wait_env(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script, &forged);
+    let expected = vec![
+        "GPU_MEM_QUOTA=8G".to_string(),
+        "GPU_MEM_QUOTA_BYTES=8589934592".to_string(),
+    ];
+    for marker in ["batch:", "task:", "forged-task:"] {
+        assert_eq!(
+            quota_vars(&job.output, marker),
+            expected,
+            "job {} {marker}: {}",
+            job.id,
+            job.output
+        );
+    }
+    assert_eq!(job_field(job.id, "Restarts"), "0");
+    // The forgery was in the job's submit environment (AccountingStoreFlags=job_env).
+    let env_vars = || admin("sacct", &["-j", &job.id.to_string(), "--env-vars"]);
+    wait_until(Duration::from_secs(15), || env_vars().contains("GPU_MEM_QUOTA_"));
+    let submitted = env_vars();
+    assert!(
+        submitted.contains("GPU_MEM_QUOTA_LAST_EVENT=over-quota"),
+        "job {}: {submitted}",
+        job.id
+    );
+    eprintln!("defect1: {:?}", t0.elapsed());
+}
+
+/// Defect 4: a job that used GPU memory and was then cancelled by its user (no batch-script end to
+/// write the record) has our record, with its peak, in its AdminComment.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn defect4_a_job_its_user_cancels_keeps_the_record_of_its_run() {
+    let t0 = Instant::now();
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-d4");
+    let script = format!("f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo $f; echo 3G > $f; sleep 120");
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script);
+    let status = runtime_dir().join(format!("jobs/{job}/status.json"));
+    assert!(
+        wait_until(Duration::from_secs(30), || std::fs::read_to_string(&status)
+            .is_ok_and(|s| s.contains("\"used_bytes\":3221225472"))),
+        "job {job}: the watchdog never saw its memory"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let cancelled = as_user("scancel", &[&job.to_string()], &[]);
+    assert!(cancelled.status.success(), "{}", text(&cancelled));
+    assert!(
+        ended_as(job, "CANCELLED", Duration::from_secs(20)),
+        "job {job}: {}",
+        state(job)
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    if let Some(claim) = output.lines().next() {
+        let _ = std::fs::remove_file(claim.trim());
+    }
+    let recorded = |c: &str| c.contains("gpu-mem-quota:v1{") && c.contains("q=8G") && c.contains("=3G/");
+    let comment = admin_comment(job);
+    assert!(
+        recorded(&comment),
+        "job {job}: AdminComment {comment:?}; {:#?}",
+        watchdog_lines(job)
+    );
+    wait_until(Duration::from_secs(15), || {
+        recorded(&sacct_field(job, "AdminComment"))
+    });
+    let in_sacct = sacct_field(job, "AdminComment");
+    assert!(
+        recorded(&in_sacct),
+        "job {job}: AdminComment in accounting {in_sacct:?}"
+    );
+    assert_cleaned_up(job);
+    eprintln!("defect4: job {job}: {comment:?}: {:?}", t0.elapsed());
+}
