@@ -19,11 +19,16 @@ pub enum Verdict {
     Refused(Refusal),
 }
 
+/// slurmctld's answer to an update of a job that has ended (`ESLURM_JOB_FINISHED`): a cancelled
+/// job is past updates before its batch script's end.
+pub const JOB_FINISHED: &str = "Job has already finished";
+
 /// Answers from the controller. Checked first: when one is present the controller was reached,
 /// whatever else the output says.
 const REFUSALS: &[(&str, Refusal)] = &[
     ("Invalid job id specified", Refusal::InvalidJobId),
     ("Job/step already completing or completed", Refusal::AlreadyDone),
+    (JOB_FINISHED, Refusal::AlreadyDone),
     (
         "Requested operation is presently disabled",
         Refusal::NotRequeueable,

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum Refusal {
     /// "Invalid job id specified": no such job, or it has left slurmctld's memory (MinJobAge).
     InvalidJobId,
-    /// "Job/step already completing or completed".
+    /// "Job/step already completing or completed", or "Job has already finished".
     AlreadyDone,
     /// "Requested operation is presently disabled": a requeue of a job submitted with
     /// `--no-requeue` (or whose partition is gone).

@@ -29,7 +29,7 @@ mod run;
 mod tools;
 
 pub use admin_comment::parse_admin_comment;
-pub use classify::{classify, Verdict};
+pub use classify::{classify, Verdict, JOB_FINISHED};
 pub use error::{CtlError, Refusal};
 pub use job_info::{parse_squeue, JobInfo, JobState, SQUEUE_FORMAT};
 pub use job_json::{gpu_indices, parse_squeue_json, JobRecord};

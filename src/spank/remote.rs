@@ -133,6 +133,10 @@ pub fn task_init(spank: &Spank) -> Result<(), String> {
     if let (Some(quota), Some(tuning)) = (verdict.quota, &plan.tuning) {
         vars.extend(framework_caps(spank, quota, tuning));
         vars.extend(plan.restart_hints.iter().cloned());
+        if let Ok(BATCH_STEP) = spank.step_id() {
+            let job_id = spank.job_id().map_err(|e| e.to_string())?;
+            vars.extend(restart_hints(spank, job_id, quota, tuning));
+        }
     }
     for (name, value) in &vars {
         spank
@@ -172,6 +176,19 @@ fn framework_caps(spank: &Spank, quota: ByteSize, tuning: &Tuning) -> Vec<(&'sta
     })
 }
 
+/// Slurm's commands as root may run them from slurmstepd: `SLURM_CONF` from slurmstepd's own
+/// environment (slurmd's), never the job's (in an srun step the user's srun writes it, and could
+/// point root's queries at a controller of their own). Quick: `timeout` per attempt, one retry.
+fn slurm_tools(timeout: std::time::Duration) -> SlurmTools {
+    let mut tools = SlurmTools::find();
+    tools.timeout = timeout;
+    tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        tools = tools.with_slurm_conf(&conf);
+    }
+    tools
+}
+
 /// On a restart (`restarts` from slurmstepd: the job was requeued), what the record of the previous
 /// run says the job should change to fit. One controller round trip per step, on restarts only.
 fn restart_hints(
@@ -181,10 +198,7 @@ fn restart_hints(
     tuning: &Tuning,
 ) -> Vec<(&'static str, String)> {
     let job = job_id.to_string();
-    let mut tools = SlurmTools::find();
-    if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
-    }
+    let tools = slurm_tools(std::time::Duration::from_secs(5));
     match restarted(spank, &tools, job_id) {
         Ok(false) => return Vec::new(),
         Ok(true) => {}
@@ -238,19 +252,24 @@ fn restart_hints(
     hints::hint_vars(&advice)
 }
 
-/// Whether this run is a restart. slurmstepd's own count (`S_SLURM_RESTART_COUNT`) is trusted when
-/// it says so, but Slurm 22.05 leaves it 0 in the batch step (on the dev cluster a requeued batch
-/// job got 0 in every run), and `SLURM_RESTART_COUNT` is the user's to set on a first run and in
-/// srun steps (and a restart's own was not seen here either: keying on it gave no hints). So
-/// slurmctld's count decides: one squeue per step of a job with a quota, bounded like the
-/// identity's.
+/// Whether this run is a restart, without a controller round trip on a first run. slurmstepd's own
+/// count (`S_SLURM_RESTART_COUNT`) is trusted when it says so, but Slurm 22.05 leaves it 0 in the
+/// batch step. `SLURM_RESTART_COUNT` is set by slurmd on every restart (a user cannot hide a real
+/// one, but from their own srun steps), yet the user's to set on a first run: a restart it claims
+/// is confirmed with slurmctld (one squeue, bounded like the identity's).
 fn restarted(spank: &Spank, tools: &SlurmTools, job_id: u32) -> Result<bool, String> {
     if spank.restart_count().is_ok_and(|count| count > 0) {
         return Ok(true);
     }
-    let mut tools = tools.clone();
-    tools.timeout = std::time::Duration::from_secs(5);
-    tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
+    let claimed = spank
+        .getenv("SLURM_RESTART_COUNT")
+        .ok()
+        .flatten()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|count| count > 0);
+    if !claimed {
+        return Ok(false);
+    }
     tools
         .job(job_id)
         .map(|job| job.restarts > 0)
@@ -306,12 +325,8 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
     else {
         return;
     };
-    let mut tools = SlurmTools::find();
-    tools.timeout = std::time::Duration::from_secs(2);
+    let mut tools = slurm_tools(std::time::Duration::from_secs(2));
     tools.backoff.pauses.clear();
-    if let Ok(conf) = std::env::var("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
-    }
     // The watchdog's own way to write its record, one attempt: the job's end may not be held up.
     let mut slurm = SlurmController { job_id: job, tools };
     let comment = match slurm.admin_comment() {
@@ -333,10 +348,15 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
         }
         return;
     };
-    if let Err(e) = record_entry(&mut slurm, existing, &entry, false) {
-        log::error(&format!(
+    match record_entry(&mut slurm, existing, &entry, false) {
+        Ok(_) => {}
+        // Cancelled, or out of time: the watchdog kept the record while the job ran.
+        Err(e) if e.contains(crate::slurmctl::JOB_FINISHED) => log::verbose(&format!(
+            "job {job}: the job has ended before its batch script: its record is the one kept while it ran"
+        )),
+        Err(e) => log::error(&format!(
             "job {job}: cannot write the final record to AdminComment: {e}"
-        ));
+        )),
     }
 }
 
@@ -369,8 +389,10 @@ fn plan(spank: &Spank) -> StepPlan {
             gpu_total: gpu_total.map(ByteSize::from_bytes).or(config.gpu_memory),
             visible_devices: gpus.as_ref().map_or(1, |g| g.len().max(1) as u32),
         });
+        // Once per step. The batch step's in its task (one task), where slurmd's
+        // SLURM_RESTART_COUNT is in the environment already; it is not yet at user_init.
         let restart_hints = match (verdict.quota, &tuning) {
-            (Some(quota), Some(tuning)) => restart_hints(spank, job_id, quota, tuning),
+            (Some(quota), Some(tuning)) if step != BATCH_STEP => restart_hints(spank, job_id, quota, tuning),
             _ => Vec::new(),
         };
         let watch = match (&policy, gpus) {
@@ -453,13 +475,7 @@ fn identity(
     if !config.is_some_and(admission::depends_on_identity) {
         return Ok(who);
     }
-    let mut tools = SlurmTools::find();
-    tools.timeout = std::time::Duration::from_secs(5);
-    tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
-    if let Ok(Some(conf)) = spank.getenv("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
-    }
-    match tools.job(job_id) {
+    match slurm_tools(std::time::Duration::from_secs(5)).job(job_id) {
         Ok(job) => {
             let known = |s: String| (!s.is_empty()).then_some(s);
             who.account = known(job.account);
