@@ -131,12 +131,13 @@ pub fn sbatch_wait_env(dir: &PathBuf, options: &[&str], script: &str, env: &[(&s
 
 /// The highest job id slurmctld has handed out (0 if none), to prove that nothing was submitted.
 pub fn last_job_id() -> u32 {
-    // sacct sees finished jobs, squeue the rest; slurmdbd may lag a moment, so take both.
+    // sacct sees finished jobs, squeue the rest, and with --states=all also the jobs that ended
+    // within MinJobAge: slurmdbd may lag (seconds, on a busy machine), so take both.
     let sacct = admin(
         "sacct",
         &["-a", "-X", "-n", "-P", "-o", "JobIDRaw", "-S", "2000-01-01"],
     );
-    let squeue = admin("squeue", &["-h", "-o", "%i"]);
+    let squeue = admin("squeue", &["-h", "--states=all", "-o", "%i"]);
     sacct
         .lines()
         .chain(squeue.lines())

@@ -691,11 +691,12 @@ fn a_runtime_dir_it_cannot_use_leaves_the_job_unwatched_and_unharmed() {
     assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
     assert_eq!(job_field(job.id, "ExitCode"), "0:0");
     let line = format!(
-        "job {}: cannot create the job's runtime directory {}/jobs/{}: Not a directory (os error 20); \
+        "job {}: cannot create the job's runtime directory {}/jobs/{}: {}: Not a directory (os error 20); \
          the job runs unwatched",
         job.id,
         runtime_dir.display(),
-        job.id
+        job.id,
+        runtime_dir.display()
     );
     assert!(
         wait_until(Duration::from_secs(5), || syslog_count(&line) == 1),
