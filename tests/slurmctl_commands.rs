@@ -342,11 +342,7 @@ fn a_child_left_holding_the_pipes_neither_delays_the_result_nor_survives() {
     let started = Instant::now();
     fakes.tools().cancel(42).unwrap();
     // Not the 60 s its child would hold the pipes.
-    assert!(
-        started.elapsed() < SLACK,
-        "{:?}",
-        started.elapsed()
-    );
+    assert!(started.elapsed() < SLACK, "{:?}", started.elapsed());
     assert!(is_gone(&fakes.read("child")), "the fake's child survived");
 }
 
