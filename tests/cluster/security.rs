@@ -158,13 +158,13 @@ fn f1_forged_gpu_variables_in_an_srun_job_neither_unwatch_it_nor_move_its_watchd
             "job {job} {forged:?}: {}",
             state(job)
         );
-        let lines = wait_until(Duration::from_secs(5), || {
+        let cancelled = wait_until(Duration::from_secs(5), || {
             watchdog_lines(job)
                 .iter()
                 .any(|l| l.contains("cancelled (scancel)"))
-        })
-        .then(|| watchdog_lines(job))
-        .unwrap_or_else(|| panic!("job {job} {forged:?}: no cancel line: {:#?}", watchdog_lines(job)));
+        });
+        let lines = watchdog_lines(job);
+        assert!(cancelled, "job {job} {forged:?}: no cancel line: {lines:#?}");
         let watching = format!(": job {job}: watching GPU(s) {gpu} with quota 8G per GPU");
         assert!(
             lines.iter().any(|l| l.contains(&watching)),
@@ -356,7 +356,8 @@ fn f3_an_srun_that_hides_or_renames_its_account_is_held_to_its_real_accounts_cap
     let drop: Vec<(&str, String)> = vec![("LD_PRELOAD", shim.clone())];
     let rename: Vec<(&str, String)> =
         vec![("LD_PRELOAD", shim.clone()), ("SHIM_ACCOUNT", "chemistry".into())];
-    let cases: Vec<(&str, &str, Vec<(&str, String)>)> = vec![
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, String)>);
+    let cases: Vec<Case> = vec![
         ("control", "500G", vec![]),
         ("dropped", "500G", drop.clone()),
         ("renamed", "500G", rename.clone()),

@@ -102,11 +102,11 @@ pub fn sbatch(dir: &Path, options: &[&str], script: &str) -> u32 {
 }
 
 /// `sbatch --wait` as the test user; returns the job id and the text of its output file.
-pub fn sbatch_wait(dir: &PathBuf, options: &[&str], script: &str) -> Job {
+pub fn sbatch_wait(dir: &Path, options: &[&str], script: &str) -> Job {
     sbatch_wait_env(dir, options, script, &[])
 }
 
-pub fn sbatch_wait_env(dir: &PathBuf, options: &[&str], script: &str, env: &[(&str, &str)]) -> Job {
+pub fn sbatch_wait_env(dir: &Path, options: &[&str], script: &str, env: &[(&str, &str)]) -> Job {
     let out_file = dir.join("job-%j.out").display().to_string();
     let mut args = vec!["--wait", "--parsable", "-o", &out_file];
     args.extend_from_slice(options);

@@ -26,7 +26,7 @@ fn watchdog_pids(job: u32) -> Vec<u32> {
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            words.iter().any(|w| *w == b"watchdog") && words.iter().any(|w| *w == needle.as_bytes())
+            words.contains(&&b"watchdog"[..]) && words.contains(&needle.as_bytes())
         })
         .collect()
 }
@@ -233,10 +233,7 @@ fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn nvml_faults_never_harm_the_job() {
     // A missing NVML library: the job runs, the log says why it is unchecked.
-    let _policy = install_policy(
-        &policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n")
-            .replace("[enforcement]\n", "[enforcement]\n"),
-    );
+    let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"));
     let dir = user_dir("wd-faults");
     let script = format!("{CLAIM}; claim 50G; sleep 3; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
