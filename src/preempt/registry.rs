@@ -63,9 +63,9 @@ pub struct ActedBy {
 /// One job watched on this node; its file is this as a JSON object, in field order.
 ///
 /// The format changed from `key=value` lines to JSON: an entry written by an older watchdog is
-/// not read (it is skipped when listing). Entries live in the runtime directory, a tmpfs, and are
-/// rewritten every interval by their running watchdog, so only the jobs running across an upgrade
-/// of the binary are affected, and only until their watchdogs restart.
+/// not read (it is skipped when listing, as any malformed entry), nor is ours by it. Entries live in
+/// the runtime directory, a tmpfs, so only jobs running across an upgrade of the binary are
+/// affected: old and new watchdogs do not see each other for preemption until those jobs end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub job_id: u32,
