@@ -80,11 +80,7 @@ mod tests {
         assert!(shape.tied_embeddings && !shape.bias);
         assert_eq!(
             (shape.mlp, shape.norm, shape.head),
-            (
-                super::super::shape::Mlp::Gated,
-                super::super::shape::Norm::RmsNorm,
-                super::super::shape::Head::Lm
-            )
+            (Mlp::Gated, Norm::RmsNorm, Head::Lm)
         );
     }
 
