@@ -12,7 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod hints;
 pub mod job_env;
-pub mod json;
+pub mod json_number;
 pub mod metrics;
 pub mod passwd;
 pub mod plan;

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use gpu_mem_quota::metrics::{render, GpuMetrics, JobMetrics};
 use gpu_mem_quota::record::{EventCounts, EventKind};
-use gpu_mem_quota::report::json_read::{parse, Value};
+use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
 const NAMESPACE: &str = "gpu_mem_quota_";
@@ -97,24 +97,24 @@ fn vocabulary() -> Vocabulary {
 fn dashboard() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("etc/grafana-dashboard.json");
     let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Every PromQL text in the dashboard: panel targets and annotations (`expr`), template variables
 /// (`query` as text or as an object with its own `query`, and `definition`).
 fn queries(value: &Value, out: &mut Vec<String>) {
     match value {
-        Value::Obj(members) => {
+        Value::Object(members) => {
             for (key, member) in members {
                 match (key.as_str(), member) {
-                    ("expr" | "query" | "definition", Value::Str(text)) if text.contains(NAMESPACE) => {
+                    ("expr" | "query" | "definition", Value::String(text)) if text.contains(NAMESPACE) => {
                         out.push(text.clone())
                     }
                     _ => queries(member, out),
                 }
             }
         }
-        Value::Arr(items) => items.iter().for_each(|item| queries(item, out)),
+        Value::Array(items) => items.iter().for_each(|item| queries(item, out)),
         _ => {}
     }
 }

@@ -126,7 +126,7 @@ fn entries_round_trip() {
 }
 
 #[test]
-fn the_file_reads_like_a_config() {
+fn the_file_is_one_json_object_read_strictly() {
     let text = entry(
         12,
         ProcessIdentity {
@@ -138,46 +138,58 @@ fn the_file_reads_like_a_config() {
     .render();
     assert_eq!(
         text,
-        "job_id=12\nuser=alice\nquota=32212254720\nrank=-10\nslurm_priority=4294\npreemptible=no\n\
-         requeueable=yes\npreemptions=1\nstart_time=1699999400\ngpus=0:GPU-8c6f1d2e-aaaa 3:MIG-1234\n\
-         watchdog=4242 171677\nheartbeat=1700000000\n"
+        "{\"job_id\":12,\"user\":\"alice\",\"quota\":32212254720,\"rank\":{\"value\":-10,\"slurm_priority\":4294},\
+         \"preemptible\":false,\"requeueable\":true,\"preemptions\":1,\"start_time\":1699999400,\
+         \"gpus\":[{\"index\":0,\"uuid\":\"GPU-8c6f1d2e-aaaa\"},{\"index\":3,\"uuid\":\"MIG-1234\"}],\
+         \"watchdog\":{\"pid\":4242,\"start_time\":171677},\"heartbeat\":1700000000,\"acted_by\":null}\n"
     );
-    // A newer writer's extra key is ignored.
-    assert!(Entry::parse(&format!("{text}shard=2\n")).is_ok());
+    assert_eq!(Entry::parse(&text).unwrap().watchdog.pid, 4242);
+    let body = text.trim_end().strip_suffix('}').unwrap();
+    // A newer writer's extra field is ignored; `acted_by` may be absent.
+    assert!(Entry::parse(&format!("{body},\"shard\":2}}")).is_ok());
+    let without_acted = text.replace(",\"acted_by\":null", "");
+    assert_eq!(Entry::parse(&without_acted).unwrap().acted_by, None);
     let broken: &[(&str, &str)] = &[
-        ("heartbeat=1700000000\n", "heartbeat given twice"),
-        ("acted_by=12\n", "bad acted_by \"12\" (want two numbers)"),
-        ("nonsense\n", "not a key=value line: \"nonsense\""),
+        (",\"heartbeat\":1700000000", "duplicate field `heartbeat`"),
+        (
+            ",\"acted_by\":12",
+            "invalid type: integer `12`, expected struct ActedBy",
+        ),
     ];
     for (extra, why) in broken {
-        assert_eq!(Entry::parse(&format!("{text}{extra}")).unwrap_err(), *why);
+        let err = Entry::parse(&format!("{}{extra}}}", body.replace(",\"acted_by\":null", ""))).unwrap_err();
+        assert!(err.starts_with(why), "{extra}: {err}");
     }
+    // The old `key=value` format is not read (entries live in a tmpfs; see `Entry`).
+    assert!(Entry::parse("job_id=12\nuser=alice\n").is_err());
     let replaced: &[(&str, &str, &str)] = &[
         (
-            "quota=32212254720",
-            "quota=30G",
-            "bad quota \"30G\" (want a number)",
+            "\"quota\":32212254720",
+            "\"quota\":\"30G\"",
+            "invalid type: string \"30G\", expected u64",
         ),
         (
-            "preemptible=no",
-            "preemptible=1",
-            "bad preemptible \"1\" (want yes or no)",
+            "\"preemptible\":false",
+            "\"preemptible\":1",
+            "invalid type: integer `1`, expected a boolean",
         ),
+        ("\"GPU-8c6f1d2e-aaaa\"", "\"../x\"", "bad GPU UUID \"../x\""),
+        ("\"user\":\"alice\",", "", "missing field `user`"),
+        ("\"alice\"", "\"al ice\"", "bad user \"al ice\""),
+        ("\"quota\":32212254720,", "", "missing field `quota`"),
         (
-            "gpus=0:GPU-8c6f1d2e-aaaa",
-            "gpus=0:../x",
-            "bad gpus item \"0:../x\" (want INDEX:UUID)",
+            "\"value\":-10",
+            "\"value\":\"\"",
+            "invalid type: string \"\", expected i32",
         ),
-        ("user=alice\n", "", "no user"),
-        ("rank=-10", "rank=", "bad rank \"\" (want a number)"),
     ];
     for (from, to, why) in replaced {
-        assert_eq!(
-            Entry::parse(&text.replace(from, to)).unwrap_err(),
-            *why,
-            "{from} -> {to}"
-        );
+        let err = Entry::parse(&text.replace(from, to)).unwrap_err();
+        assert!(err.starts_with(why), "{from} -> {to}: {err}");
     }
+    // No quota is `null`, and reads back as none.
+    let no_quota = text.replace("32212254720", "null");
+    assert_eq!(Entry::parse(&no_quota).unwrap().quota, None);
 }
 
 #[test]
@@ -194,7 +206,7 @@ fn list_skips_what_is_not_an_entry_and_never_follows_symlinks() {
     fs::write(dir.join("8"), entry(9, alive(), NOW).render()).unwrap(); // names another job
     fs::write(dir.join("010"), entry(10, alive(), NOW).render()).unwrap(); // not how we name it
     fs::write(dir.join(".5.tmp"), entry(5, alive(), NOW).render()).unwrap();
-    fs::write(dir.join("11"), "x".repeat(5000)).unwrap(); // too large
+    fs::write(dir.join("11"), "x".repeat(9000)).unwrap(); // too large
     fs::create_dir(dir.join("12")).unwrap();
     let fifo = std::ffi::CString::new(dir.join("13").to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);

@@ -3,7 +3,8 @@
 //! maths, the text and JSON shapes.
 
 use gpu_mem_quota::record::EventKind;
-use gpu_mem_quota::report::json_read::{self, Value};
+use serde_json::Value;
+
 use gpu_mem_quota::report::{
     efficiency, explain_failure, job_reports, job_text, jobs_json, jobs_list_text, parse_rows, Query,
     RecordState,
@@ -177,24 +178,26 @@ fn runs_only_the_record_knows_are_still_shown() {
 #[test]
 fn json_has_every_run_entry_and_total() {
     let jobs = job_reports(&parse_rows(REQUEUED_TWICE).unwrap());
-    let doc = json_read::parse(&jobs_json(&jobs).render()).unwrap();
-    let job = &doc.get("jobs").and_then(Value::as_array).unwrap()[0];
-    assert_eq!(job.get("job_id").and_then(Value::as_str), Some("12"));
-    assert_eq!(job.get("record").and_then(Value::as_str), Some("present"));
+    let doc: Value = serde_json::from_str(&jobs_json(&jobs)).unwrap();
+    let job = &doc["jobs"][0];
+    assert_eq!(job["job_id"], "12");
+    assert_eq!(job["record"], "present");
     assert_eq!(job.get("record_error"), Some(&Value::Null));
-    let runs = job.get("runs").and_then(Value::as_array).unwrap();
+    let runs = job["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
     let last = &runs[2];
-    assert_eq!(last.get("state").and_then(Value::as_str), Some("COMPLETED"));
-    let entry = &last.get("entries").and_then(Value::as_array).unwrap()[0];
-    assert_eq!(entry.get("node").and_then(Value::as_str), Some("gpu01"));
-    assert_eq!(entry.get("quota_bytes").and_then(Value::as_u64), Some(40 * GIB));
-    assert_eq!(entry.get("peak_bytes").and_then(Value::as_u64), Some(30 * GIB));
-    assert_eq!(entry.get("efficiency_percent"), Some(&Value::Int(75)));
-    let gpus = entry.get("gpus").and_then(Value::as_array).unwrap();
-    assert_eq!(gpus[1].get("id").and_then(Value::as_str), Some("5e6f7a8b"));
-    let totals = job.get("totals").unwrap();
-    let events = totals.get("events").unwrap();
+    assert_eq!(last["state"], "COMPLETED");
+    let entry = &last["entries"][0];
+    assert_eq!(entry["node"], "gpu01");
+    assert_eq!(entry["quota_bytes"].as_u64(), Some(40 * GIB));
+    assert_eq!(entry["peak_bytes"].as_u64(), Some(30 * GIB));
+    // A whole percentage is written as an integer (`75`), as before serde.
+    assert!(entry["efficiency_percent"].is_u64());
+    assert_eq!(entry["efficiency_percent"], 75);
+    let gpus = entry["gpus"].as_array().unwrap();
+    assert_eq!(gpus[1]["id"], "5e6f7a8b");
+    let totals = &job["totals"];
+    let events = &totals["events"];
     for (kind, want) in [
         ("warn", 2),
         ("over_quota", 2),
@@ -203,17 +206,16 @@ fn json_has_every_run_entry_and_total() {
         ("cancelled", 0),
         ("held", 0),
     ] {
-        assert_eq!(events.get(kind).and_then(Value::as_u64), Some(want), "{kind}");
+        assert_eq!(events[kind].as_u64(), Some(want), "{kind}");
     }
-    assert_eq!(totals.get("efficiency_percent"), Some(&Value::Num(102.5)));
-    assert_eq!(totals.get("restarts").and_then(Value::as_u64), Some(2));
-    let last_event = totals.get("last_event").unwrap();
-    assert_eq!(last_event.get("kind").and_then(Value::as_str), Some("requeued"));
+    assert_eq!(totals["efficiency_percent"], 102.5);
+    assert_eq!(totals["restarts"].as_u64(), Some(2));
+    assert_eq!(totals["last_event"]["kind"], "requeued");
 
     let absent = job_reports(&parse_rows("9|9|u|a|COMPLETED|x|y|n|\n").unwrap());
-    let doc = json_read::parse(&jobs_json(&absent).render()).unwrap();
-    let job = &doc.get("jobs").and_then(Value::as_array).unwrap()[0];
-    assert_eq!(job.get("record").and_then(Value::as_str), Some("absent"));
+    let doc: Value = serde_json::from_str(&jobs_json(&absent)).unwrap();
+    let job = &doc["jobs"][0];
+    assert_eq!(job["record"], "absent");
     assert_eq!(job.get("totals"), Some(&Value::Null));
 }
 

@@ -6,9 +6,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpu_mem_quota::report::json_read::{self, Value};
 use gpu_mem_quota::report::{node_json, node_text, parse_status, read_node};
-use gpu_mem_quota::watchdog::status::{GpuStatus, JobHealth, Status};
+use gpu_mem_quota::watchdog::status::{GpuStatus, JobHealth, Status, VERSION};
+use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
 
@@ -29,9 +29,10 @@ fn job_dir(runtime: &Path, job: &str) -> PathBuf {
 /// (per-GPU quota and state, a prediction, an RFC 3339 time); 103 without a file; 104 broken.
 fn fake_node(runtime: &Path) {
     let status = Status {
+        version: VERSION,
         job_id: 101,
-        updated_at: 1_000,
-        health: JobHealth::Warn,
+        updated_at: Some(1_000),
+        health: Some(JobHealth::Warn),
         quota_bytes: Some(40 * GIB),
         action: None,
         gpus: vec![
@@ -40,16 +41,18 @@ fn fake_node(runtime: &Path) {
                 uuid: "GPU-aaaa".into(),
                 used_bytes: 36 * GIB,
                 peak_bytes: 38 * GIB,
-                total_bytes: 80 * GIB,
-                health: JobHealth::Warn,
+                quota_bytes: Some(40 * GIB),
+                total_bytes: Some(80 * GIB),
+                health: Some(JobHealth::Warn),
             },
             GpuStatus {
                 index: 1,
                 uuid: "GPU-bbbb".into(),
                 used_bytes: 10 * GIB,
                 peak_bytes: 12 * GIB,
-                total_bytes: 80 * GIB,
-                health: JobHealth::Warn,
+                quota_bytes: Some(40 * GIB),
+                total_bytes: Some(80 * GIB),
+                health: Some(JobHealth::Warn),
             },
         ],
         prediction: None,
@@ -85,16 +88,16 @@ JOBID  STATE       GPU  UUID      USED  QUOTA  PEAK  USED/QUOTA  PEAK/QUOTA  UPD
 101    warn        1    GPU-bbbb  10G   40G    12G   25.0%       30.0%       5s ago
 102    over-quota  3    GPU-cccc  20G   20G    20G   100.0%      100.0%      0s ago
 Job 103: no status file (no quota, or its watchdog is starting).
-Job 104: status file unreadable: expected a string at byte 14
+Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
 ";
     assert_eq!(node_text(&node, 1_005), expected);
 
-    let doc = json_read::parse(&node_json(&node).render()).unwrap();
-    let jobs = doc.get("jobs").and_then(Value::as_array).unwrap();
+    let doc: Value = serde_json::from_str(&node_json(&node)).unwrap();
+    let jobs = doc["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2);
-    assert_eq!(jobs[0].get("state").and_then(Value::as_str), Some("warn"));
-    assert_eq!(jobs[0].get("updated_at").and_then(Value::as_u64), Some(1_000));
-    let gpu = &jobs[0].get("gpus").and_then(Value::as_array).unwrap()[0];
+    assert_eq!(jobs[0]["state"], "warn");
+    assert_eq!(jobs[0]["updated_at"].as_u64(), Some(1_000));
+    let gpu = &jobs[0]["gpus"][0];
     for (key, want) in [
         ("index", 0),
         ("used_bytes", 36 * GIB),
@@ -102,16 +105,13 @@ Job 104: status file unreadable: expected a string at byte 14
         ("peak_bytes", 38 * GIB),
         ("total_bytes", 80 * GIB),
     ] {
-        assert_eq!(gpu.get(key).and_then(Value::as_u64), Some(want), "{key}");
+        assert_eq!(gpu[key].as_u64(), Some(want), "{key}");
     }
-    assert_eq!(gpu.get("state").and_then(Value::as_str), Some("warn"));
+    assert_eq!(gpu["state"], "warn");
     // The documented schema's RFC 3339 time (2025-06-01T12:00:00Z) is read as unix seconds.
-    assert_eq!(jobs[1].get("updated_at"), Some(&Value::Int(1_748_779_200)));
-    assert_eq!(
-        doc.get("without_status"),
-        Some(&Value::Arr(vec![Value::Int(103)]))
-    );
-    assert_eq!(doc.get("unreadable").and_then(Value::as_u64), Some(0));
+    assert_eq!(jobs[1]["updated_at"], 1_748_779_200);
+    assert_eq!(doc["without_status"], serde_json::json!([103]));
+    assert_eq!(doc["unreadable"].as_u64(), Some(0));
     fs::remove_dir_all(&runtime).unwrap();
 }
 
@@ -122,7 +122,7 @@ fn a_node_without_a_runtime_dir_watches_nothing() {
     assert!(!node.present);
     assert_eq!(node_text(&node, 0), "No jobs watched on this node.\n");
     assert_eq!(
-        node_json(&node).render(),
+        node_json(&node),
         r#"{"jobs":[],"without_status":[],"broken":[],"unreadable":0}"#
     );
 }
@@ -130,20 +130,20 @@ fn a_node_without_a_runtime_dir_watches_nothing() {
 #[test]
 fn status_files_that_do_not_fit_are_refused_by_name() {
     let table = [
-        (
-            "{\"job_id\":7,\"gpus\":[]}",
-            "job_id is Some(7), the directory says 5",
-        ),
+        ("{\"job_id\":7,\"gpus\":[]}", "job_id is 7, the directory says 5"),
         (
             "{\"job_id\":5,\"gpus\":[{\"index\":0}]}",
-            "gpus[0].used_bytes is missing or not a whole number",
+            "missing field `used_bytes` at line 1 column 31",
         ),
         (
             "{\"job_id\":5,\"gpus\":[{\"index\":-1,\"used_bytes\":1,\"peak_bytes\":1}]}",
-            "gpus[0].index is missing or not a whole number",
+            "invalid value: integer `-1`, expected u32 at line 1 column 31",
         ),
-        ("[]", "job_id is None, the directory says 5"),
-        ("not json", "unexpected character at byte 0"),
+        (
+            "[]",
+            "invalid length 1, expected struct Status with 8 elements at line 1 column 2",
+        ),
+        ("not json", "expected ident at line 1 column 2"),
     ];
     for (text, want) in table {
         assert_eq!(parse_status(5, text).unwrap_err(), want, "{text}");
@@ -183,11 +183,8 @@ fn the_command_reads_the_runtime_dir_of_the_policy() {
     assert!(stdout.contains("102    over-quota  3    GPU-cccc"), "{stdout}");
     let json = run(&["--json"]);
     assert!(json.status.success());
-    let doc = json_read::parse(&String::from_utf8(json.stdout).unwrap()).unwrap();
-    assert_eq!(
-        doc.get("jobs").and_then(Value::as_array).map(<[Value]>::len),
-        Some(2)
-    );
+    let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(doc["jobs"].as_array().map(Vec::len), Some(2));
     let bad = run(&["--bogus"]);
     assert_eq!(bad.status.code(), Some(2));
     fs::remove_dir_all(&runtime).unwrap();

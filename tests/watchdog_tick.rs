@@ -164,7 +164,7 @@ fn under_quota_nothing_happens_and_the_peak_is_kept() {
         .map(|(i, u)| (*i, (u.used, u.peak)))
         .collect();
     assert_eq!(usage[&0], (20 * G, 30 * G));
-    assert_eq!(lines.status.unwrap().health.name(), "ok");
+    assert_eq!(lines.status.unwrap().health.unwrap().name(), "ok");
 }
 
 #[test]
@@ -413,7 +413,7 @@ fn flapping_around_the_warn_threshold_logs_a_bounded_number_of_lines() {
     // The record counts every warning; the status shows the last sample's state (30G: ok).
     let record = record::parse(&watchdog.record_text().unwrap()).unwrap().unwrap();
     assert_eq!(record.totals().events.get(record::EventKind::Warn), 600);
-    assert_eq!(lines.status.unwrap().health.name(), "ok");
+    assert_eq!(lines.status.unwrap().health.unwrap().name(), "ok");
 
     // Between the recover level and the warn level (35G, 37G): one warning, no recovery at all.
     let hovering = |t: Duration| {
@@ -427,7 +427,7 @@ fn flapping_around_the_warn_threshold_logs_a_bounded_number_of_lines() {
         run_by_time(settings, half_second, ten_minutes, hovering, FakeSlurm::default());
     assert_eq!(lines.lines.len(), 1, "{:?}", lines.lines);
     assert!(lines.lines[0].contains("warning the job"), "{:?}", lines.lines);
-    assert_eq!(lines.status.unwrap().health.name(), "warn");
+    assert_eq!(lines.status.unwrap().health.unwrap().name(), "warn");
     let record = record::parse(&watchdog.record_text().unwrap()).unwrap().unwrap();
     assert_eq!(record.totals().events.get(record::EventKind::Warn), 1);
 }

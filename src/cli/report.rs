@@ -65,7 +65,7 @@ pub fn run(argv: Vec<String>) -> ExitCode {
     };
     let jobs = report::job_reports(&rows);
     if json {
-        println!("{}", report::jobs_json(&jobs).render());
+        println!("{}", report::jobs_json(&jobs));
         return ExitCode::SUCCESS;
     }
     match (&query, jobs.is_empty()) {

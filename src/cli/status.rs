@@ -71,7 +71,7 @@ pub fn run(argv: Vec<String>) -> ExitCode {
         }
     };
     if parsed.flag("json") {
-        println!("{}", report::node_json(&node).render());
+        println!("{}", report::node_json(&node));
     } else {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -2,11 +2,12 @@
 
 use serde::Deserialize;
 
-use super::shape::{Head, Mlp, ModelShape, Norm};
+use super::shape::ModelShape;
 
 const PRESETS_TOML: &str = include_str!("presets.toml");
 
-/// One `[[model]]` entry of presets.toml.
+/// One `[[model]]` entry of presets.toml: its names, where it comes from, and the shape's fields
+/// (src/plan/shape.rs), flattened. An unknown key is refused: the file is ours.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Preset {
@@ -17,47 +18,11 @@ pub struct Preset {
     pub source: String,
     /// The published parameter count (checked against the shape in the tests).
     pub params: u64,
-    pub layers: u64,
-    pub hidden: u64,
-    pub heads: u64,
-    pub kv_heads: u64,
-    pub ffn: u64,
-    pub vocab: u64,
-    #[serde(default)]
-    pub positions: u64,
-    #[serde(default)]
-    pub segments: u64,
-    pub mlp: PresetMlp,
-    pub norm: PresetNorm,
-    #[serde(default)]
-    pub bias: bool,
-    #[serde(default)]
-    pub tied: bool,
-    #[serde(default)]
-    pub dropout: bool,
-    #[serde(default)]
-    pub embedding_norm: bool,
-    #[serde(default)]
-    pub final_norm: bool,
-    #[serde(default)]
-    pub pooler: bool,
+    #[serde(flatten)]
+    shape: ModelShape,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PresetMlp {
-    Gelu,
-    Gated,
-}
-
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PresetNorm {
-    LayerNorm,
-    RmsNorm,
-}
-
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PresetFile {
     model: Vec<Preset>,
@@ -67,29 +32,7 @@ impl Preset {
     pub fn shape(&self) -> ModelShape {
         ModelShape {
             name: self.name.clone(),
-            layers: self.layers,
-            hidden: self.hidden,
-            heads: self.heads,
-            kv_heads: self.kv_heads,
-            ffn: self.ffn,
-            vocab: self.vocab,
-            positions: self.positions,
-            segments: self.segments,
-            mlp: match self.mlp {
-                PresetMlp::Gelu => Mlp::Gelu,
-                PresetMlp::Gated => Mlp::Gated,
-            },
-            norm: match self.norm {
-                PresetNorm::LayerNorm => Norm::LayerNorm,
-                PresetNorm::RmsNorm => Norm::RmsNorm,
-            },
-            bias: self.bias,
-            tied_embeddings: self.tied,
-            dropout: self.dropout,
-            embedding_norm: self.embedding_norm,
-            final_norm: self.final_norm,
-            pooler: self.pooler,
-            head: Head::Lm,
+            ..self.shape.clone()
         }
     }
 
@@ -118,5 +61,37 @@ pub fn find(name: &str) -> Result<Preset, String> {
                 known.join(", ")
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::shape::{Head, Mlp, Norm};
+
+    const ENTRY: &str = "[[model]]\nname = \"m\"\nsource = \"s\"\nparams = 1\nlayers = 1\nhidden = 8\n\
+                         heads = 1\nkv_heads = 1\nffn = 32\nvocab = 10\nmlp = \"gated\"\nnorm = \"rmsnorm\"\n";
+
+    #[test]
+    fn an_entry_is_its_names_and_the_shape() {
+        let file: PresetFile = toml::from_str(&format!("{ENTRY}tied = true\n")).unwrap();
+        let shape = file.model[0].shape();
+        assert_eq!(shape.name, "m");
+        assert!(shape.tied_embeddings && !shape.bias);
+        assert_eq!(
+            (shape.mlp, shape.norm, shape.head),
+            (Mlp::Gated, Norm::RmsNorm, Head::Lm)
+        );
+    }
+
+    #[test]
+    fn unknown_and_missing_keys_are_refused() {
+        let typo = toml::from_str::<PresetFile>(&format!("{ENTRY}tied_embedings = true\n")).unwrap_err();
+        assert!(typo.to_string().contains("tied_embedings"), "{typo}");
+        let head = toml::from_str::<PresetFile>(&format!("{ENTRY}head = \"lm\"\n")).unwrap_err();
+        assert!(head.to_string().contains("head"), "{head}");
+        let missing = toml::from_str::<PresetFile>(&ENTRY.replace("vocab = 10\n", "")).unwrap_err();
+        assert!(missing.to_string().contains("vocab"), "{missing}");
+        assert!(toml::from_str::<PresetFile>(&ENTRY.replace("gated", "swiglu")).is_err());
     }
 }

@@ -1,9 +1,10 @@
 //! Rendering a plan: a table for people, JSON for programs. Both carry the same numbers.
 
-use super::breakdown::Phase;
+use serde::Serialize;
+
 use super::job::{Checkpointing, Finetune, Job, LoraTargets, Offload, Optimizer, Precision, Sharding};
 use super::search::{quota_gib, Plan};
-use crate::json::Json;
+use crate::json_number::rounded;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -255,117 +256,170 @@ pub fn text(plan: &Plan) -> String {
     out
 }
 
-fn phase_json(p: Phase) -> Json {
-    Json::str(p.name())
+#[derive(Serialize)]
+struct PlanJson<'a> {
+    config: ConfigJson<'a>,
+    stage: &'a str,
+    terms: Vec<TermJson<'a>>,
+    peak_phase: &'static str,
+    allocated_bytes: u64,
+    reserved_bytes: u64,
+    peak_bytes: u64,
+    #[serde(serialize_with = "rounded")]
+    peak_gib: f64,
+    recommended_quota_margin_bytes: u64,
+    quota_bytes: Option<u64>,
+    fits: Option<bool>,
+    largest_micro_batch: Option<LargestJson>,
+    ladder: Vec<RungJson<'a>>,
+    paste: Option<PasteJson>,
+    notes: &'a [String],
 }
 
-/// The same numbers as JSON.
+#[derive(Serialize)]
+struct ConfigJson<'a> {
+    model: String,
+    params: u64,
+    precision: &'static str,
+    optimizer: &'static str,
+    sharding: String,
+    offload: &'static str,
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    sp: bool,
+    gpus: u64,
+    micro_batch: u64,
+    seq: u64,
+    grad_accum: u64,
+    checkpointing: &'static str,
+    flash: bool,
+    finetune: String,
+    framework: &'a str,
+    loss_impl: Option<&'a str>,
+    compile: bool,
+    activation_offload: bool,
+    optimizer_in_backward: bool,
+    persistent_grads: bool,
+}
+
+#[derive(Serialize)]
+struct TermJson<'a> {
+    name: &'static str,
+    label: &'a str,
+    bytes: u64,
+    #[serde(serialize_with = "rounded")]
+    gib: f64,
+    phase: &'static str,
+    at_peak: bool,
+    source: &'static str,
+}
+
+#[derive(Serialize)]
+struct LargestJson {
+    micro_batch: u64,
+    grad_accum: u64,
+    peak_bytes: u64,
+    #[serde(serialize_with = "rounded")]
+    peak_gib: f64,
+}
+
+#[derive(Serialize)]
+struct RungJson<'a> {
+    technique: &'static str,
+    flag: &'a str,
+    cost: &'static str,
+    peak_bytes: u64,
+    #[serde(serialize_with = "rounded")]
+    peak_gib: f64,
+    fits: bool,
+}
+
+#[derive(Serialize)]
+struct PasteJson {
+    gpu_mem_quota: String,
+    gpu_mem_batch: String,
+}
+
+/// The same numbers as JSON (compact).
 pub fn json(plan: &Plan) -> String {
     let est = &plan.estimate;
     let b = &est.breakdown;
     let job = &est.job;
     let p = job.parallel;
-    let config = Json::Obj(vec![
-        ("model", Json::str(job.model.name())),
-        ("params", Json::Int(est.params)),
-        ("precision", Json::str(precision_name(job.precision))),
-        ("optimizer", Json::str(optimizer_name(job.optimizer))),
-        ("sharding", Json::str(sharding_name(job.sharding))),
-        ("offload", Json::str(offload_name(job.offload))),
-        ("dp", Json::Int(p.dp)),
-        ("tp", Json::Int(p.tp)),
-        ("pp", Json::Int(p.pp)),
-        ("sp", Json::Bool(p.sp)),
-        ("gpus", Json::Int(p.gpus())),
-        ("micro_batch", Json::Int(job.micro_batch)),
-        ("seq", Json::Int(job.seq)),
-        ("grad_accum", Json::Int(job.grad_accum)),
-        ("checkpointing", Json::str(checkpointing_name(job.checkpointing))),
-        ("flash", Json::Bool(job.flash)),
-        ("finetune", Json::str(finetune_text(job.finetune))),
-        ("framework", Json::str(job.framework.name())),
-        (
-            "loss_impl",
-            job.loss_impl.map_or(Json::Null, |l| Json::str(l.name())),
-        ),
-        ("compile", Json::Bool(job.compile)),
-        ("activation_offload", Json::Bool(job.activation_offload)),
-        ("optimizer_in_backward", Json::Bool(job.optimizer_in_backward)),
-        ("persistent_grads", Json::Bool(job.persistent_grads())),
-    ]);
+    let config = ConfigJson {
+        model: job.model.name(),
+        params: est.params,
+        precision: precision_name(job.precision),
+        optimizer: optimizer_name(job.optimizer),
+        sharding: sharding_name(job.sharding),
+        offload: offload_name(job.offload),
+        dp: p.dp,
+        tp: p.tp,
+        pp: p.pp,
+        sp: p.sp,
+        gpus: p.gpus(),
+        micro_batch: job.micro_batch,
+        seq: job.seq,
+        grad_accum: job.grad_accum,
+        checkpointing: checkpointing_name(job.checkpointing),
+        flash: job.flash,
+        finetune: finetune_text(job.finetune),
+        framework: job.framework.name(),
+        loss_impl: job.loss_impl.map(|l| l.name()),
+        compile: job.compile,
+        activation_offload: job.activation_offload,
+        optimizer_in_backward: job.optimizer_in_backward,
+        persistent_grads: job.persistent_grads(),
+    };
     let terms = b
         .terms
         .iter()
-        .map(|t| {
-            Json::Obj(vec![
-                ("name", Json::str(t.key)),
-                ("label", Json::str(t.label.clone())),
-                ("bytes", Json::Int(t.bytes)),
-                ("gib", Json::Num(gib(t.bytes))),
-                ("phase", phase_json(t.phase)),
-                ("at_peak", Json::Bool(t.at_peak)),
-                ("source", Json::str(t.source)),
-            ])
+        .map(|t| TermJson {
+            name: t.key,
+            label: &t.label,
+            bytes: t.bytes,
+            gib: gib(t.bytes),
+            phase: t.phase.name(),
+            at_peak: t.at_peak,
+            source: t.source,
         })
         .collect();
-    let largest = match plan.largest {
-        Some(fit) => Json::Obj(vec![
-            ("micro_batch", Json::Int(fit.micro_batch)),
-            ("grad_accum", Json::Int(fit.grad_accum)),
-            ("peak_bytes", Json::Int(fit.peak)),
-            ("peak_gib", Json::Num(gib(fit.peak))),
-        ]),
-        None => Json::Null,
+    let json = PlanJson {
+        config,
+        stage: &b.stage,
+        terms,
+        peak_phase: b.peak_phase.name(),
+        allocated_bytes: b.allocated,
+        reserved_bytes: b.reserved,
+        peak_bytes: b.peak,
+        peak_gib: gib(b.peak),
+        recommended_quota_margin_bytes: (quota_gib(b.peak) << 30) - b.peak,
+        quota_bytes: plan.quota,
+        fits: plan.quota.map(|q| b.peak <= q),
+        largest_micro_batch: plan.largest.map(|fit| LargestJson {
+            micro_batch: fit.micro_batch,
+            grad_accum: fit.grad_accum,
+            peak_bytes: fit.peak,
+            peak_gib: gib(fit.peak),
+        }),
+        ladder: plan
+            .ladder
+            .iter()
+            .map(|r| RungJson {
+                technique: r.technique,
+                flag: &r.flag,
+                cost: r.cost,
+                peak_bytes: r.peak,
+                peak_gib: gib(r.peak),
+                fits: r.fits,
+            })
+            .collect(),
+        paste: plan.paste.map(|p| PasteJson {
+            gpu_mem_quota: format!("--gpu-mem-quota={}G", p.quota_gib),
+            gpu_mem_batch: format!("--gpu-mem-batch={}x{}", p.micro_batch, p.grad_accum),
+        }),
+        notes: &b.notes,
     };
-    let ladder = plan
-        .ladder
-        .iter()
-        .map(|r| {
-            Json::Obj(vec![
-                ("technique", Json::str(r.technique)),
-                ("flag", Json::str(r.flag.clone())),
-                ("cost", Json::str(r.cost)),
-                ("peak_bytes", Json::Int(r.peak)),
-                ("peak_gib", Json::Num(gib(r.peak))),
-                ("fits", Json::Bool(r.fits)),
-            ])
-        })
-        .collect();
-    let paste = match plan.paste {
-        Some(p) => Json::Obj(vec![
-            (
-                "gpu_mem_quota",
-                Json::str(format!("--gpu-mem-quota={}G", p.quota_gib)),
-            ),
-            (
-                "gpu_mem_batch",
-                Json::str(format!("--gpu-mem-batch={}x{}", p.micro_batch, p.grad_accum)),
-            ),
-        ]),
-        None => Json::Null,
-    };
-    Json::Obj(vec![
-        ("config", config),
-        ("stage", Json::str(b.stage.clone())),
-        ("terms", Json::Arr(terms)),
-        ("peak_phase", phase_json(b.peak_phase)),
-        ("allocated_bytes", Json::Int(b.allocated)),
-        ("reserved_bytes", Json::Int(b.reserved)),
-        ("peak_bytes", Json::Int(b.peak)),
-        ("peak_gib", Json::Num(gib(b.peak))),
-        (
-            "recommended_quota_margin_bytes",
-            Json::Int((quota_gib(b.peak) << 30) - b.peak),
-        ),
-        ("quota_bytes", plan.quota.map_or(Json::Null, Json::Int)),
-        ("fits", plan.quota.map_or(Json::Null, |q| Json::Bool(b.peak <= q))),
-        ("largest_micro_batch", largest),
-        ("ladder", Json::Arr(ladder)),
-        ("paste", paste),
-        (
-            "notes",
-            Json::Arr(b.notes.iter().map(|n| Json::str(n.clone())).collect()),
-        ),
-    ])
-    .render()
+    serde_json::to_string(&json).expect("a plan always serializes")
 }

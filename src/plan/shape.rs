@@ -6,8 +6,11 @@
 //! LoRA (which linears get adapters), QLoRA (which weights are 4-bit) and Adafactor (its
 //! factored state depends on each matrix's rows and columns).
 
-/// The feed-forward block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use serde::Deserialize;
+
+/// The feed-forward block (`mlp = "gelu"` or `"gated"` in presets.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mlp {
     /// `down(act(up(x)))` with GeLU: GPT-2, BERT (two matrices).
     Gelu,
@@ -15,8 +18,9 @@ pub enum Mlp {
     Gated,
 }
 
-/// The normalisation layers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The normalisation layers (`norm = "layernorm"` or `"rmsnorm"` in presets.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Norm {
     /// Weight and bias per channel.
     LayerNorm,
@@ -34,9 +38,12 @@ pub enum Head {
     None,
 }
 
-/// The shape of a decoder- or encoder-only transformer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The shape of a decoder- or encoder-only transformer. Deserialized from a presets.toml entry
+/// (src/plan/presets.rs), which names it and always has a language-model head.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ModelShape {
+    /// The preset's `name` (set by `Preset::shape`).
+    #[serde(skip)]
     pub name: String,
     pub layers: u64,
     pub hidden: u64,
@@ -46,24 +53,37 @@ pub struct ModelShape {
     pub ffn: u64,
     pub vocab: u64,
     /// Learned absolute position embeddings (GPT-2, BERT); 0 for rotary embeddings.
+    #[serde(default)]
     pub positions: u64,
     /// Token-type (segment) embeddings (BERT); 0 for none.
+    #[serde(default)]
     pub segments: u64,
     pub mlp: Mlp,
     pub norm: Norm,
     /// Linear layers carry biases.
+    #[serde(default)]
     pub bias: bool,
-    /// The output projection shares the input embedding matrix.
+    /// The output projection shares the input embedding matrix (`tied` in presets.toml).
+    #[serde(default, rename = "tied")]
     pub tied_embeddings: bool,
     /// Training-time dropout (p > 0) after attention probabilities and block outputs.
+    #[serde(default)]
     pub dropout: bool,
     /// A norm right after the embeddings (BERT).
+    #[serde(default)]
     pub embedding_norm: bool,
     /// A norm after the last layer (pre-LN models).
+    #[serde(default)]
     pub final_norm: bool,
     /// BERT's pooler (a dense layer on the first token).
+    #[serde(default)]
     pub pooler: bool,
+    #[serde(skip, default = "lm_head")]
     pub head: Head,
+}
+
+fn lm_head() -> Head {
+    Head::Lm
 }
 
 /// Where a parameter tensor lives; tensor and pipeline parallelism place them differently.

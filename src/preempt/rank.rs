@@ -47,7 +47,9 @@ pub struct JobPriority {
 }
 
 /// Lower goes first. Ordered by the configured rank, then by Slurm's priority.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Rank {
     pub value: i32,
     pub slurm_priority: u32,

@@ -3,7 +3,7 @@
 //! ```text
 //! <runtime_dir>/registry/              root 0700: only root reads it (it names every job's user,
 //!                                      quota, rank and watchdog)
-//!     <job_id>                         one per job with a watchdog here, root 0600, `key=value` lines
+//!     <job_id>                         one per job with a watchdog here, root 0600, a JSON object
 //!     gpu-<uuid>                       the GPU's last preemption (its cooldown), root 0600
 //!     .lock-<job_id>, .lock-gpu-<uuid> flock files, root 0600
 //!     .<name>.<pid>.<n>.tmp            a file being replaced (crate::textfile)
@@ -13,7 +13,7 @@
 //! read it, except in two places that take a lock first:
 //! - [`Registry::claim_for_dead`]: the victim's watchdog is gone (heartbeat older than the timeout
 //!   and its process no longer running), so one other watchdog acts on its behalf, once; the
-//!   entry records who (`acted_by=`).
+//!   entry records who (`acted_by`).
 //! - [`Registry::claim_gpu`]: admits one preemption per GPU per cooldown, whichever watchdog acts.
 //!
 //! Nothing here follows a symlink: the runtime directory must pass crate::trusted_dir's rule (never
@@ -27,6 +27,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use super::cooldown::{GpuCooldown, Preemption};
 use super::rank::Rank;
 use super::victim::JobOnGpu;
@@ -38,18 +40,19 @@ use crate::trusted_dir::TrustedDir;
 pub const REGISTRY_DIR: &str = "registry";
 /// Only root reads the registry.
 const REGISTRY_MODE: u32 = 0o700;
-/// An entry is a few hundred bytes; anything much larger is not one of ours.
-const MAX_FILE_BYTES: u64 = 4096;
+/// An entry is a few hundred bytes (JSON, about 65 per GPU; 56 MIG devices fit); anything much
+/// larger is not one of ours.
+const MAX_FILE_BYTES: u64 = 8192;
 
 /// One GPU of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuRef {
     pub index: u32,
     pub uuid: String,
 }
 
 /// Another watchdog acted for this job because its own watchdog was gone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActedBy {
     /// The job whose watchdog acted.
     pub job_id: u32,
@@ -57,12 +60,18 @@ pub struct ActedBy {
     pub at: u64,
 }
 
-/// One job watched on this node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One job watched on this node; its file is this as a JSON object, in field order.
+///
+/// The format changed from `key=value` lines to JSON: an entry written by an older watchdog is
+/// not read (it is skipped when listing, as any malformed entry), nor is ours by it. Entries live in
+/// the runtime directory, a tmpfs, so only jobs running across an upgrade of the binary are
+/// affected: old and new watchdogs do not see each other for preemption until those jobs end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     pub job_id: u32,
     pub user: String,
-    /// Per GPU, bytes; `None`: no quota.
+    /// Per GPU, bytes; `None` (`null`): no quota. Required in the file, as the other fields.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub quota: Option<u64>,
     pub rank: Rank,
     pub preemptible: bool,
@@ -72,111 +81,62 @@ pub struct Entry {
     /// Unix seconds, of this run.
     pub start_time: u64,
     pub gpus: Vec<GpuRef>,
+    /// `{"pid":…,"start_time":…}`.
+    #[serde(with = "identity")]
     pub watchdog: ProcessIdentity,
     /// Unix seconds of the watchdog's last refresh.
     pub heartbeat: u64,
+    /// Absent or `null`: nobody acted for the job.
+    #[serde(default)]
     pub acted_by: Option<ActedBy>,
 }
 
-impl Entry {
-    /// The entry's file: one `key=value` per line.
-    pub fn render(&self) -> String {
-        let mut text = format!(
-            "job_id={}\nuser={}\nquota={}\nrank={}\nslurm_priority={}\npreemptible={}\n\
-             requeueable={}\npreemptions={}\nstart_time={}\ngpus={}\nwatchdog={} {}\nheartbeat={}\n",
-            self.job_id,
-            self.user,
-            self.quota.map_or("none".to_string(), |q| q.to_string()),
-            self.rank.value,
-            self.rank.slurm_priority,
-            yes_no(self.preemptible),
-            yes_no(self.requeueable),
-            self.preemptions,
-            self.start_time,
-            self.gpus
-                .iter()
-                .map(|g| format!("{}:{}", g.index, g.uuid))
-                .collect::<Vec<_>>()
-                .join(" "),
-            self.watchdog.pid,
-            self.watchdog.start_time,
-            self.heartbeat,
-        );
-        if let Some(acted) = self.acted_by {
-            text.push_str(&format!("acted_by={} {}\n", acted.job_id, acted.at));
+/// [`ProcessIdentity`] as `{"pid":…,"start_time":…}` (crate::attribute knows nothing of serde).
+mod identity {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::attribute::ProcessIdentity;
+
+    #[derive(Serialize, Deserialize)]
+    struct Identity {
+        pid: u32,
+        start_time: u64,
+    }
+
+    pub fn serialize<S: Serializer>(p: &ProcessIdentity, s: S) -> Result<S::Ok, S::Error> {
+        Identity {
+            pid: p.pid,
+            start_time: p.start_time,
         }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ProcessIdentity, D::Error> {
+        let Identity { pid, start_time } = Identity::deserialize(d)?;
+        Ok(ProcessIdentity { pid, start_time })
+    }
+}
+
+impl Entry {
+    /// The entry's file: compact JSON and a newline.
+    pub fn render(&self) -> String {
+        let mut text = serde_json::to_string(self).expect("an Entry always serializes");
+        text.push('\n');
         text
     }
 
-    /// Reads an entry's file. Unknown keys are ignored (a newer writer); a missing, repeated or
-    /// malformed key is an error naming it.
+    /// Reads an entry's file. Unknown fields are ignored (a newer writer); a missing, repeated or
+    /// malformed field is an error naming it, and so are a user name or GPU UUID that
+    /// [`Registry::write`] would refuse.
     pub fn parse(text: &str) -> Result<Entry, String> {
-        let mut fields: Vec<(&str, &str)> = Vec::new();
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let (key, value) = line
-                .split_once('=')
-                .ok_or_else(|| format!("not a key=value line: {line:?}"))?;
-            if fields.iter().any(|(k, _)| *k == key) {
-                return Err(format!("{key} given twice"));
-            }
-            fields.push((key, value));
+        let entry: Entry = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if !is_plain_word(&entry.user) {
+            return Err(format!("bad user {:?}", entry.user));
         }
-        let get = |key: &str| {
-            fields
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| *v)
-                .ok_or_else(|| format!("no {key}"))
-        };
-        let user = get("user")?;
-        if !is_plain_word(user) {
-            return Err(format!("bad user {user:?}"));
+        if let Some(gpu) = entry.gpus.iter().find(|g| !is_gpu_uuid(&g.uuid)) {
+            return Err(format!("bad GPU UUID {:?}", gpu.uuid));
         }
-        let quota = match get("quota")? {
-            "none" => None,
-            q => Some(number("quota", q)?),
-        };
-        let gpus = get("gpus")?
-            .split_whitespace()
-            .map(|gpu| {
-                let (index, uuid) = gpu
-                    .split_once(':')
-                    .filter(|(_, uuid)| is_gpu_uuid(uuid))
-                    .ok_or_else(|| format!("bad gpus item {gpu:?} (want INDEX:UUID)"))?;
-                Ok(GpuRef {
-                    index: number("gpus index", index)?,
-                    uuid: uuid.to_string(),
-                })
-            })
-            .collect::<Result<Vec<_>, String>>()?;
-        let (pid, started) = pair("watchdog", get("watchdog")?)?;
-        let acted_by = match get("acted_by") {
-            Ok(value) => {
-                let (job_id, at) = pair("acted_by", value)?;
-                Some(ActedBy { job_id, at })
-            }
-            Err(_) => None,
-        };
-        Ok(Entry {
-            job_id: number("job_id", get("job_id")?)?,
-            user: user.to_string(),
-            quota,
-            rank: Rank {
-                value: number("rank", get("rank")?)?,
-                slurm_priority: number("slurm_priority", get("slurm_priority")?)?,
-            },
-            preemptible: flag("preemptible", get("preemptible")?)?,
-            requeueable: flag("requeueable", get("requeueable")?)?,
-            preemptions: number("preemptions", get("preemptions")?)?,
-            start_time: number("start_time", get("start_time")?)?,
-            gpus,
-            watchdog: ProcessIdentity {
-                pid,
-                start_time: started,
-            },
-            heartbeat: number("heartbeat", get("heartbeat")?)?,
-            acted_by,
-        })
+        Ok(entry)
     }
 
     pub fn uses_gpu(&self, uuid: &str) -> bool {
@@ -514,12 +474,12 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
-/// A user name: no spaces, no control characters, nothing that breaks a `key=value` line.
+/// A user name: no spaces, no control characters.
 fn is_plain_word(word: &str) -> bool {
     !word.is_empty() && !word.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
-/// NVML's UUIDs (`GPU-8c6f...`, `MIG-...`): safe in a file name and in the `gpus=` list.
+/// NVML's UUIDs (`GPU-8c6f...`, `MIG-...`): safe in a file name.
 fn is_gpu_uuid(uuid: &str) -> bool {
     !uuid.is_empty() && uuid.len() <= 96 && uuid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
@@ -535,32 +495,8 @@ fn check_gpu_uuid(uuid: &str) -> io::Result<()> {
     }
 }
 
-fn yes_no(flag: bool) -> &'static str {
-    if flag {
-        "yes"
-    } else {
-        "no"
-    }
-}
-
-fn flag(key: &str, value: &str) -> Result<bool, String> {
-    match value {
-        "yes" => Ok(true),
-        "no" => Ok(false),
-        _ => Err(format!("bad {key} {value:?} (want yes or no)")),
-    }
-}
-
 fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, String> {
     value
         .parse()
         .map_err(|_| format!("bad {key} {value:?} (want a number)"))
-}
-
-fn pair<A: std::str::FromStr, B: std::str::FromStr>(key: &str, value: &str) -> Result<(A, B), String> {
-    let mut words = value.split_whitespace();
-    match (words.next(), words.next(), words.next()) {
-        (Some(a), Some(b), None) => Ok((number(key, a)?, number(key, b)?)),
-        _ => Err(format!("bad {key} {value:?} (want two numbers)")),
-    }
 }

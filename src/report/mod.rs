@@ -8,14 +8,11 @@
 
 pub mod format;
 pub mod job;
-pub mod json_read;
 pub mod node;
 pub mod render;
 pub mod sacct;
 
 pub use job::{efficiency, job_reports, JobReport, RecordState, Run};
-pub use node::{
-    jobs_of_user, node_json, node_text, parse_status, read_jobs, read_node, GpuStatus, JobStatus, NodeStatus,
-};
+pub use node::{jobs_of_user, node_json, node_text, parse_status, read_jobs, read_node, NodeStatus};
 pub use render::{job_text, jobs_json, jobs_list_text};
 pub use sacct::{explain_failure, parse_rows, Query, SacctError, SacctRow};

@@ -6,52 +6,30 @@
 //! lists `jobs/` ([`read_node`]); a user cannot, so their jobs come from their own processes
 //! ([`jobs_of_user`]) and only those status files are opened ([`read_jobs`]). A user never sees
 //! another user's job: its file cannot be opened, and it is skipped as if absent.
-//! The reader takes the fields the watchdog writes today (job-level `state` and `quota_bytes`)
-//! and the per-GPU `quota_bytes`/`state` that docs/HINTS.md describes, and ignores other fields.
+//! A file is read as the watchdog's [`Status`] (one type for the writer and this reader): the
+//! fields the watchdog writes (job-level `state` and `quota_bytes`) and the per-GPU
+//! `quota_bytes`/`state` that docs/HINTS.md describes, other fields ignored.
 
 use std::io::{self, Read};
 use std::path::Path;
 
+use serde::Serialize;
+
 use super::format::{human_size, percent, table};
-use super::json_read::{self, Value};
-use crate::json::Json;
 use crate::runtime;
+use crate::watchdog::status::{GpuStatus, JobHealth, Status};
 
 /// The most bytes read from a status file: a real one is well under 4 KiB per GPU.
 const MAX_STATUS_BYTES: u64 = 1 << 20;
-
-/// One job's status file, as read.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobStatus {
-    pub job_id: u32,
-    /// Unix seconds, when the file says so as a number.
-    pub updated_at: Option<u64>,
-    /// `ok`, `warn`, `over-quota`, `acted`.
-    pub state: Option<String>,
-    /// `requeue`, `hold`, `cancel` once the watchdog acted.
-    pub action: Option<String>,
-    pub gpus: Vec<GpuStatus>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuStatus {
-    pub index: u32,
-    pub uuid: String,
-    pub used_bytes: u64,
-    pub peak_bytes: u64,
-    pub quota_bytes: Option<u64>,
-    pub total_bytes: Option<u64>,
-    /// This GPU's state; the job's when the file gives none per GPU.
-    pub state: Option<String>,
-}
 
 /// What a node's runtime directory shows to the caller.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeStatus {
     /// False when the runtime directory (or its `jobs/`) does not exist: no job was ever watched.
     pub present: bool,
-    /// Jobs with a readable status file, by job id.
-    pub jobs: Vec<JobStatus>,
+    /// Jobs with a readable status file, by job id; each GPU's `quota_bytes` and `state` are the
+    /// job's where the file gives none per GPU.
+    pub jobs: Vec<Status>,
     /// Readable job directories without a status file yet (or without a quota: no file then).
     pub without_status: Vec<u32>,
     /// Job directories the caller may not read (only counted when the caller asked, i.e. root).
@@ -61,47 +39,20 @@ pub struct NodeStatus {
 }
 
 /// Parses one status file of job `job_id` (the directory name, which the file must agree with).
-pub fn parse_status(job_id: u32, text: &str) -> Result<JobStatus, String> {
-    let doc = json_read::parse(text)?;
-    let file_job = doc.get("job_id").and_then(Value::as_u64);
-    if file_job != Some(job_id.into()) {
-        return Err(format!("job_id is {file_job:?}, the directory says {job_id}"));
+/// A GPU without its own `quota_bytes` or `state` takes the job's.
+pub fn parse_status(job_id: u32, text: &str) -> Result<Status, String> {
+    let mut status = Status::from_json(text)?;
+    if status.job_id != job_id {
+        return Err(format!(
+            "job_id is {}, the directory says {job_id}",
+            status.job_id
+        ));
     }
-    let text_of = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
-    let job_state = text_of(doc.get("state"));
-    let job_quota = doc.get("quota_bytes").and_then(Value::as_u64);
-    let mut gpus = Vec::new();
-    for (i, gpu) in doc
-        .get("gpus")
-        .and_then(Value::as_array)
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let number = |key: &str| gpu.get(key).and_then(Value::as_u64);
-        let required = |key: &str| {
-            number(key).ok_or_else(|| format!("gpus[{i}].{key} is missing or not a whole number"))
-        };
-        gpus.push(GpuStatus {
-            index: u32::try_from(required("index")?).map_err(|_| format!("gpus[{i}].index is too large"))?,
-            uuid: text_of(gpu.get("uuid")).unwrap_or_default(),
-            used_bytes: required("used_bytes")?,
-            peak_bytes: required("peak_bytes")?,
-            quota_bytes: number("quota_bytes").or(job_quota),
-            total_bytes: number("total_bytes"),
-            state: text_of(gpu.get("state")).or_else(|| job_state.clone()),
-        });
+    for gpu in &mut status.gpus {
+        gpu.quota_bytes = gpu.quota_bytes.or(status.quota_bytes);
+        gpu.health = gpu.health.or(status.health);
     }
-    Ok(JobStatus {
-        job_id,
-        updated_at: doc.get("updated_at").and_then(|v| {
-            v.as_u64()
-                .or_else(|| v.as_str().and_then(crate::watchdog::status::parse_rfc3339))
-        }),
-        state: job_state,
-        action: text_of(doc.get("action")),
-        gpus,
-    })
+    Ok(status)
 }
 
 /// Reads every job directory under `runtime_dir/jobs` the caller can read. `count_unreadable`:
@@ -225,9 +176,9 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
     }
     let mut rows = Vec::new();
     for job in &node.jobs {
-        let state = match (&job.state, &job.action) {
-            (Some(s), Some(a)) => format!("{s} ({a})"),
-            (Some(s), None) => s.clone(),
+        let state = match (job.health, &job.action) {
+            (Some(s), Some(a)) => format!("{} ({a})", s.name()),
+            (Some(s), None) => s.name().to_string(),
             (None, _) => "-".into(),
         };
         let updated = job
@@ -240,7 +191,7 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
             rows.push(row);
         }
         for gpu in &job.gpus {
-            let gpu_state = gpu.state.as_deref().filter(|s| Some(*s) != job.state.as_deref());
+            let gpu_state = gpu.health.filter(|s| Some(*s) != job.health).map(JobHealth::name);
             let share = |bytes: u64| {
                 percent(
                     gpu.quota_bytes
@@ -280,60 +231,52 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
     out
 }
 
-/// The node's jobs as `{"jobs":[...],"without_status":[...],"broken":[...]}`.
-pub fn node_json(node: &NodeStatus) -> Json {
-    let opt_int = |v: Option<u64>| v.map_or(Json::Null, Json::Int);
-    let opt_str = |v: &Option<String>| v.as_ref().map_or(Json::Null, Json::str);
-    let jobs = node
-        .jobs
-        .iter()
-        .map(|job| {
-            let gpus = job
-                .gpus
-                .iter()
-                .map(|g| {
-                    Json::Obj(vec![
-                        ("index", Json::Int(g.index.into())),
-                        ("uuid", Json::str(&g.uuid)),
-                        ("used_bytes", Json::Int(g.used_bytes)),
-                        ("quota_bytes", opt_int(g.quota_bytes)),
-                        ("peak_bytes", Json::Int(g.peak_bytes)),
-                        ("total_bytes", opt_int(g.total_bytes)),
-                        ("state", opt_str(&g.state)),
-                    ])
-                })
-                .collect();
-            Json::Obj(vec![
-                ("job_id", Json::Int(job.job_id.into())),
-                ("state", opt_str(&job.state)),
-                ("action", opt_str(&job.action)),
-                ("updated_at", opt_int(job.updated_at)),
-                ("gpus", Json::Arr(gpus)),
-            ])
-        })
-        .collect();
-    let broken = node
-        .broken
-        .iter()
-        .map(|(job, why)| {
-            Json::Obj(vec![
-                ("job_id", Json::Int((*job).into())),
-                ("error", Json::str(why)),
-            ])
-        })
-        .collect();
-    Json::Obj(vec![
-        ("jobs", Json::Arr(jobs)),
-        (
-            "without_status",
-            Json::Arr(
-                node.without_status
-                    .iter()
-                    .map(|j| Json::Int((*j).into()))
-                    .collect(),
-            ),
-        ),
-        ("broken", Json::Arr(broken)),
-        ("unreadable", Json::Int(node.unreadable as u64)),
-    ])
+/// The node's jobs as `{"jobs":[...],"without_status":[...],"broken":[...],"unreadable":N}`, compact.
+/// A job is its status file's fields but `version`, `quota_bytes` (each GPU has it) and
+/// `prediction`, with `updated_at` in Unix seconds.
+pub fn node_json(node: &NodeStatus) -> String {
+    #[derive(Serialize)]
+    struct Node<'a> {
+        jobs: Vec<Job<'a>>,
+        without_status: &'a [u32],
+        broken: Vec<Broken<'a>>,
+        unreadable: usize,
+    }
+    #[derive(Serialize)]
+    struct Job<'a> {
+        job_id: u32,
+        state: Option<JobHealth>,
+        action: Option<&'a str>,
+        updated_at: Option<u64>,
+        gpus: &'a [GpuStatus],
+    }
+    #[derive(Serialize)]
+    struct Broken<'a> {
+        job_id: u32,
+        error: &'a str,
+    }
+    let node = Node {
+        jobs: node
+            .jobs
+            .iter()
+            .map(|job| Job {
+                job_id: job.job_id,
+                state: job.health,
+                action: job.action.as_deref(),
+                updated_at: job.updated_at,
+                gpus: &job.gpus,
+            })
+            .collect(),
+        without_status: &node.without_status,
+        broken: node
+            .broken
+            .iter()
+            .map(|(job_id, error)| Broken {
+                job_id: *job_id,
+                error,
+            })
+            .collect(),
+        unreadable: node.unreadable,
+    };
+    serde_json::to_string(&node).expect("a node's status always serializes")
 }

@@ -1,8 +1,10 @@
 //! Job reports as text (a table per job, or a line per job) and as JSON. Pure.
 
+use serde::Serialize;
+
 use super::format::{human_size, percent, table};
 use super::job::{efficiency, JobReport, RecordState, Run};
-use crate::json::Json;
+use crate::json_number::rounded_opt;
 use crate::record::{Entry, EventCounts, Facts, GpuPeaks, LastEvent, Totals};
 
 const RUN_HEADER: [&str; 10] = [
@@ -102,18 +104,107 @@ pub fn jobs_list_text(jobs: &[JobReport]) -> String {
     table(&LIST_HEADER, &rows)
 }
 
-/// Every job in full, as `{"jobs":[...]}`.
-pub fn jobs_json(jobs: &[JobReport]) -> Json {
-    Json::Obj(vec![("jobs", Json::Arr(jobs.iter().map(job_json).collect()))])
+/// Every job in full, as `{"jobs":[...]}` (compact).
+pub fn jobs_json(jobs: &[JobReport]) -> String {
+    #[derive(Serialize)]
+    struct Jobs<'a> {
+        jobs: Vec<JobJson<'a>>,
+    }
+    let jobs = Jobs {
+        jobs: jobs.iter().map(job_json).collect(),
+    };
+    serde_json::to_string(&jobs).expect("a job report always serializes")
 }
 
-fn job_json(job: &JobReport) -> Json {
-    let (record, error) = match &job.record {
-        RecordState::Absent => ("absent", Json::Null),
-        RecordState::Unreadable(e) => ("unreadable", Json::str(e.to_string())),
-        RecordState::Present(_) => ("present", Json::Null),
+#[derive(Serialize)]
+struct JobJson<'a> {
+    job_id: &'a str,
+    user: &'a str,
+    account: &'a str,
+    state: &'a str,
+    /// `absent`, `unreadable` or `present`.
+    record: &'static str,
+    record_error: Option<String>,
+    runs: Vec<RunJson<'a>>,
+    folded: Option<FoldedJson>,
+    totals: Option<TotalsJson>,
+}
+
+#[derive(Serialize)]
+struct FoldedJson {
+    entries: u32,
+    peak_bytes: u64,
+    events: EventsJson,
+    restarts: u32,
+}
+
+#[derive(Serialize)]
+struct TotalsJson {
+    quota_bytes: Option<u64>,
+    peak_bytes: u64,
+    #[serde(serialize_with = "rounded_opt")]
+    efficiency_percent: Option<f64>,
+    events: EventsJson,
+    restarts: u32,
+    last_event: Option<LastEventJson>,
+}
+
+/// A run; its accounting fields are `null` for a run only the record knows of.
+#[derive(Serialize)]
+struct RunJson<'a> {
+    run: u32,
+    state: Option<&'a str>,
+    start: Option<&'a str>,
+    end: Option<&'a str>,
+    nodes: Option<&'a str>,
+    entries: Vec<EntryJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct EntryJson<'a> {
+    node: &'a str,
+    quota_bytes: u64,
+    peak_bytes: u64,
+    #[serde(serialize_with = "rounded_opt")]
+    efficiency_percent: Option<f64>,
+    /// `null` when the record kept only the largest peak.
+    gpus: Option<Vec<GpuPeakJson<'a>>>,
+    over_warn_secs: u64,
+    events: EventsJson,
+    restarts: u32,
+    last_event: Option<LastEventJson>,
+    updated_at: u64,
+}
+
+#[derive(Serialize)]
+struct GpuPeakJson<'a> {
+    index: u32,
+    id: Option<&'a str>,
+    peak_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct LastEventJson {
+    kind: &'static str,
+    at: u64,
+}
+
+/// Every kind with its count, zeros included, so that consumers need no defaults.
+struct EventsJson(EventCounts);
+
+impl Serialize for EventsJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(kind, n)| (kind.name(), n)))
+    }
+}
+
+fn job_json(job: &JobReport) -> JobJson<'_> {
+    let (record, record_error) = match &job.record {
+        RecordState::Absent => ("absent", None),
+        RecordState::Unreadable(e) => ("unreadable", Some(e.to_string())),
+        RecordState::Present(_) => ("present", None),
     };
-    let mut runs: Vec<Json> = job
+    let mut runs: Vec<RunJson> = job
         .runs
         .iter()
         .map(|run| run_json(job, run.run, Some(run)))
@@ -123,108 +214,80 @@ fn job_json(job: &JobReport) -> Json {
             .into_iter()
             .map(|run| run_json(job, run, None)),
     );
-    let folded = job
-        .record()
-        .and_then(|r| r.folded.as_ref())
-        .map_or(Json::Null, |f| {
-            Json::Obj(vec![
-                ("entries", Json::Int(f.entries.into())),
-                ("peak_bytes", Json::Int(f.peak)),
-                ("events", events_json(&f.facts.events)),
-                ("restarts", Json::Int(f.facts.restarts.into())),
-            ])
-        });
-    let totals = job.totals().map_or(Json::Null, |t| {
-        Json::Obj(vec![
-            (
-                "quota_bytes",
-                t.quota.map_or(Json::Null, |q| Json::Int(q.bytes())),
-            ),
-            ("peak_bytes", Json::Int(t.peak)),
-            (
-                "efficiency_percent",
-                total_efficiency(&t).map_or(Json::Null, Json::Num),
-            ),
-            ("events", events_json(&t.events)),
-            ("restarts", Json::Int(t.restarts.into())),
-            ("last_event", last_event_json(t.last_event)),
-        ])
+    let folded = job.record().and_then(|r| r.folded.as_ref()).map(|f| FoldedJson {
+        entries: f.entries,
+        peak_bytes: f.peak,
+        events: EventsJson(f.facts.events),
+        restarts: f.facts.restarts,
     });
-    Json::Obj(vec![
-        ("job_id", Json::str(&job.job_id)),
-        ("user", Json::str(&job.user)),
-        ("account", Json::str(&job.account)),
-        ("state", Json::str(job.state())),
-        ("record", Json::str(record)),
-        ("record_error", error),
-        ("runs", Json::Arr(runs)),
-        ("folded", folded),
-        ("totals", totals),
-    ])
+    JobJson {
+        job_id: &job.job_id,
+        user: &job.user,
+        account: &job.account,
+        state: job.state(),
+        record,
+        record_error,
+        runs,
+        folded,
+        totals: job.totals().map(totals_json),
+    }
+}
+
+fn totals_json(t: Totals) -> TotalsJson {
+    TotalsJson {
+        quota_bytes: t.quota.map(|q| q.bytes()),
+        peak_bytes: t.peak,
+        efficiency_percent: total_efficiency(&t),
+        events: EventsJson(t.events),
+        restarts: t.restarts,
+        last_event: t.last_event.map(last_event_json),
+    }
 }
 
 /// A run as JSON; `listed` is `None` for a run only the record knows of.
-fn run_json(job: &JobReport, run: u32, listed: Option<&Run>) -> Json {
-    let text = |f: fn(&Run) -> &String| listed.map_or(Json::Null, |r| Json::str(f(r)));
-    Json::Obj(vec![
-        ("run", Json::Int(run.into())),
-        ("state", text(|r| &r.state)),
-        ("start", text(|r| &r.start)),
-        ("end", text(|r| &r.end)),
-        ("nodes", text(|r| &r.nodes)),
-        (
-            "entries",
-            Json::Arr(job.entries_of(run).map(entry_json).collect()),
-        ),
-    ])
+fn run_json<'a>(job: &'a JobReport, run: u32, listed: Option<&'a Run>) -> RunJson<'a> {
+    RunJson {
+        run,
+        state: listed.map(|r| r.state.as_str()),
+        start: listed.map(|r| r.start.as_str()),
+        end: listed.map(|r| r.end.as_str()),
+        nodes: listed.map(|r| r.nodes.as_str()),
+        entries: job.entries_of(run).map(entry_json).collect(),
+    }
 }
 
-fn entry_json(e: &Entry) -> Json {
+fn entry_json(e: &Entry) -> EntryJson<'_> {
     let gpus = match &e.peaks {
-        GpuPeaks::Each(gpus) => Json::Arr(
+        GpuPeaks::Each(gpus) => Some(
             gpus.iter()
-                .map(|g| {
-                    Json::Obj(vec![
-                        ("index", Json::Int(g.index.into())),
-                        ("id", g.id.as_ref().map_or(Json::Null, Json::str)),
-                        ("peak_bytes", Json::Int(g.peak)),
-                    ])
+                .map(|g| GpuPeakJson {
+                    index: g.index,
+                    id: g.id.as_deref(),
+                    peak_bytes: g.peak,
                 })
                 .collect(),
         ),
-        GpuPeaks::Max(_) => Json::Null,
+        GpuPeaks::Max(_) => None,
     };
-    Json::Obj(vec![
-        ("node", Json::str(&e.node)),
-        ("quota_bytes", Json::Int(e.quota.bytes())),
-        ("peak_bytes", Json::Int(e.peak())),
-        (
-            "efficiency_percent",
-            efficiency(e.peak(), e.quota).map_or(Json::Null, Json::Num),
-        ),
-        ("gpus", gpus),
-        ("over_warn_secs", Json::Int(e.facts.over_warn_secs)),
-        ("events", events_json(&e.facts.events)),
-        ("restarts", Json::Int(e.facts.restarts.into())),
-        ("last_event", last_event_json(e.facts.last_event)),
-        ("updated_at", Json::Int(e.facts.updated_at)),
-    ])
+    EntryJson {
+        node: &e.node,
+        quota_bytes: e.quota.bytes(),
+        peak_bytes: e.peak(),
+        efficiency_percent: efficiency(e.peak(), e.quota),
+        gpus,
+        over_warn_secs: e.facts.over_warn_secs,
+        events: EventsJson(e.facts.events),
+        restarts: e.facts.restarts,
+        last_event: e.facts.last_event.map(last_event_json),
+        updated_at: e.facts.updated_at,
+    }
 }
 
-/// Every kind with its count, zeros included, so that consumers need no defaults.
-fn events_json(events: &EventCounts) -> Json {
-    Json::Obj(
-        events
-            .iter()
-            .map(|(kind, n)| (kind.name(), Json::Int(n.into())))
-            .collect(),
-    )
-}
-
-fn last_event_json(last: Option<LastEvent>) -> Json {
-    last.map_or(Json::Null, |l| {
-        Json::Obj(vec![("kind", Json::str(l.kind.name())), ("at", Json::Int(l.at))])
-    })
+fn last_event_json(l: LastEvent) -> LastEventJson {
+    LastEventJson {
+        kind: l.kind.name(),
+        at: l.at,
+    }
 }
 
 /// Table rows for one run: one per node the record has an entry for, or one with accounting's

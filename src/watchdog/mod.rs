@@ -570,12 +570,13 @@ impl Watchdog {
             state => state,
         };
         status::Status {
+            version: status::VERSION,
             job_id: self.job_id,
-            updated_at: unix_now(),
-            health,
+            updated_at: Some(unix_now()),
+            health: Some(health),
             quota_bytes: quota,
             prediction: self.predicted,
-            action: self.acted.map(action_name),
+            action: self.acted.map(|a| action_name(a).to_string()),
             gpus: self
                 .usage
                 .iter()
@@ -584,8 +585,9 @@ impl Watchdog {
                     uuid: u.uuid.clone(),
                     used_bytes: u.used,
                     peak_bytes: u.peak,
-                    total_bytes: u.total,
-                    health: gpu_health(index, u.used),
+                    quota_bytes: quota,
+                    total_bytes: Some(u.total),
+                    health: Some(gpu_health(index, u.used)),
                 })
                 .collect(),
         }

@@ -11,11 +11,12 @@
 //! within the horizon), `over-quota` (grace period running), `acted` (job only: requeued, held or
 //! cancelled; `action` says which).
 
-use crate::json::Json;
+use serde::{Deserialize, Serialize};
 
 pub const VERSION: u64 = 1;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum JobHealth {
     Ok,
     Warn,
@@ -34,142 +35,148 @@ impl JobHealth {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One GPU of the job. The watchdog writes every field; a reader takes a file without the ones
+/// docs/HINTS.md does not promise (`total_bytes`) or that an older writer left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuStatus {
     pub index: u32,
+    #[serde(default)]
     pub uuid: String,
     pub used_bytes: u64,
     pub peak_bytes: u64,
-    pub total_bytes: u64,
-    pub health: JobHealth,
+    /// The job's quota on this GPU (the job's `quota_bytes`).
+    #[serde(default)]
+    pub quota_bytes: Option<u64>,
+    #[serde(default)]
+    pub total_bytes: Option<u64>,
+    #[serde(rename = "state", default)]
+    pub health: Option<JobHealth>,
 }
 
 /// The soonest predicted crossing of the quota.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PredictionStatus {
     pub gpu_index: u32,
     pub seconds_to_quota: u64,
-    /// In hundredths (62 = 0.62), as `GPU_MEM_QUOTA_BATCH_SCALE`.
+    /// In hundredths (62 = 0.62), as `GPU_MEM_QUOTA_BATCH_SCALE`; a number (`0.62`) in the file.
+    #[serde(with = "hundredths")]
     pub suggested_batch_scale: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The status file, as the watchdog writes it and `gpu-mem-quota status` reads it. Fields in file
+/// order; unknown fields are ignored when reading (docs/HINTS.md: readers must ignore them), and
+/// the job-level ones docs/HINTS.md does not promise may be absent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
+    /// [`VERSION`]; a file without one is read as this version.
+    #[serde(default = "version")]
+    pub version: u64,
     pub job_id: u32,
-    /// Unix seconds.
-    pub updated_at: u64,
-    pub health: JobHealth,
+    /// Unix seconds; RFC 3339 in UTC in the file (`2026-11-30T06:00:00Z`). A reader also takes a
+    /// number of seconds, and reads a time it cannot parse as none.
+    #[serde(with = "unix_time", default)]
+    pub updated_at: Option<u64>,
+    #[serde(rename = "state", default)]
+    pub health: Option<JobHealth>,
+    #[serde(default)]
     pub quota_bytes: Option<u64>,
-    pub action: Option<&'static str>,
+    /// `requeue`, `hold`, `cancel` once the watchdog acted.
+    #[serde(default)]
+    pub action: Option<String>,
+    #[serde(default)]
     pub gpus: Vec<GpuStatus>,
+    #[serde(default)]
     pub prediction: Option<PredictionStatus>,
 }
 
+fn version() -> u64 {
+    VERSION
+}
+
 impl Status {
+    /// The file's text: compact JSON and a newline.
     pub fn to_json(&self) -> String {
-        let quota = self.quota_bytes.map(Json::Int).unwrap_or(Json::Null);
-        let gpus = self
-            .gpus
-            .iter()
-            .map(|g| {
-                Json::Obj(vec![
-                    ("index", Json::Int(g.index.into())),
-                    ("uuid", Json::str(&g.uuid)),
-                    ("used_bytes", Json::Int(g.used_bytes)),
-                    ("peak_bytes", Json::Int(g.peak_bytes)),
-                    ("quota_bytes", quota.clone()),
-                    ("total_bytes", Json::Int(g.total_bytes)),
-                    ("state", Json::str(g.health.name())),
-                ])
-            })
-            .collect();
-        let prediction = match self.prediction {
-            None => Json::Null,
-            Some(p) => Json::Obj(vec![
-                ("gpu_index", Json::Int(p.gpu_index.into())),
-                ("seconds_to_quota", Json::Int(p.seconds_to_quota)),
-                (
-                    "suggested_batch_scale",
-                    Json::Num(f64::from(p.suggested_batch_scale) / 100.0),
-                ),
-            ]),
-        };
-        let mut text = Json::Obj(vec![
-            ("version", Json::Int(VERSION)),
-            ("job_id", Json::Int(self.job_id.into())),
-            ("updated_at", Json::str(rfc3339(self.updated_at))),
-            ("state", Json::str(self.health.name())),
-            ("quota_bytes", quota),
-            ("action", self.action.map(Json::str).unwrap_or(Json::Null)),
-            ("gpus", Json::Arr(gpus)),
-            ("prediction", prediction),
-        ])
-        .render();
+        let mut text = serde_json::to_string(self).expect("a Status always serializes");
         text.push('\n');
         text
     }
+
+    /// Reads a status file (any job's: the caller checks `job_id`).
+    pub fn from_json(text: &str) -> Result<Status, String> {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    }
 }
 
-/// Unix seconds as RFC 3339 in UTC (`2026-11-30T06:00:00Z`), by the civil-from-days algorithm.
-pub fn rfc3339(unix: u64) -> String {
-    let days = (unix / 86_400) as i64;
-    let secs = unix % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+/// Unix seconds as RFC 3339 in UTC (`2026-11-30T06:00:00Z`); `None` past year 9999.
+pub fn rfc3339(unix: u64) -> Option<String> {
+    let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(unix).ok()?).ok()?;
+    at.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
-/// The inverse of [`rfc3339`] for its own form (`YYYY-MM-DDTHH:MM:SSZ`); `None` for anything else.
+/// An RFC 3339 time as Unix seconds (fractions dropped); `None` for anything else, an invalid date
+/// (`2026-02-31`) included, and for times before 1970.
 pub fn parse_rfc3339(text: &str) -> Option<u64> {
-    let b = text.as_bytes();
-    if b.len() != 20
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || b[10] != b'T'
-        || b[13] != b':'
-        || b[16] != b':'
-        || b[19] != b'Z'
-    {
-        return None;
+    let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    u64::try_from(at.unix_timestamp()).ok()
+}
+
+/// `updated_at`: written as RFC 3339; read from RFC 3339 or a number of seconds.
+mod unix_time {
+    use serde::{de::IgnoredAny, ser::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(unix: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match unix {
+            Some(unix) => {
+                let text = super::rfc3339(*unix).ok_or_else(|| S::Error::custom("time out of range"))?;
+                s.serialize_str(&text)
+            }
+            None => s.serialize_none(),
+        }
     }
-    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
-        return None;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Time {
+            Unix(u64),
+            Text(String),
+            Other(IgnoredAny),
+        }
+        Ok(match Time::deserialize(d)? {
+            Time::Unix(unix) => Some(unix),
+            Time::Text(text) => super::parse_rfc3339(&text),
+            Time::Other(_) => None,
+        })
     }
-    // Days from civil (the inverse of the algorithm in `rfc3339`).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    u64::try_from(days * 86_400 + hh * 3600 + mm * 60 + ss).ok()
+}
+
+/// `suggested_batch_scale`: hundredths in memory, a number with two decimals in the file.
+mod hundredths {
+    use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(n: &u32, s: S) -> Result<S::Ok, S::Error> {
+        crate::json_number::rounded(&(f64::from(*n) / 100.0), s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        let x = f64::deserialize(d)? * 100.0;
+        if !(0.0..=f64::from(u32::MAX)).contains(&x) {
+            return Err(D::Error::custom("suggested_batch_scale out of range"));
+        }
+        Ok(x.round() as u32)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn renders_the_documented_schema() {
-        let status = Status {
+    fn example() -> Status {
+        Status {
+            version: VERSION,
             job_id: 12,
-            updated_at: 0,
-            health: JobHealth::Warn,
+            updated_at: Some(0),
+            health: Some(JobHealth::Warn),
             quota_bytes: Some(40),
             action: None,
             gpus: vec![GpuStatus {
@@ -177,15 +184,21 @@ mod tests {
                 uuid: "GPU-a".into(),
                 used_bytes: 37,
                 peak_bytes: 38,
-                total_bytes: 80,
-                health: JobHealth::Warn,
+                quota_bytes: Some(40),
+                total_bytes: Some(80),
+                health: Some(JobHealth::Warn),
             }],
             prediction: Some(PredictionStatus {
                 gpu_index: 0,
                 seconds_to_quota: 240,
                 suggested_batch_scale: 62,
             }),
-        };
+        }
+    }
+
+    #[test]
+    fn renders_the_documented_schema() {
+        let status = example();
         assert_eq!(
             status.to_json(),
             "{\"version\":1,\"job_id\":12,\"updated_at\":\"1970-01-01T00:00:00Z\",\"state\":\"warn\",\
@@ -193,17 +206,50 @@ mod tests {
              \"peak_bytes\":38,\"quota_bytes\":40,\"total_bytes\":80,\"state\":\"warn\"}],\
              \"prediction\":{\"gpu_index\":0,\"seconds_to_quota\":240,\"suggested_batch_scale\":0.62}}\n"
         );
+        assert_eq!(Status::from_json(&status.to_json()), Ok(status));
+    }
+
+    #[test]
+    fn a_whole_batch_scale_is_written_without_a_fraction() {
+        let mut status = example();
+        status.prediction = Some(PredictionStatus {
+            gpu_index: 0,
+            seconds_to_quota: 1,
+            suggested_batch_scale: 100,
+        });
+        assert!(status.to_json().contains("\"suggested_batch_scale\":1}"));
+        assert_eq!(Status::from_json(&status.to_json()), Ok(status));
     }
 
     #[test]
     fn dates() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_796_018_770), "2026-11-30T06:06:10Z");
+        assert_eq!(rfc3339(0).unwrap(), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400).unwrap(), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_018_770).unwrap(), "2026-11-30T06:06:10Z");
         for t in [0, 951_782_400, 1_796_018_770, 4_102_444_800] {
-            assert_eq!(parse_rfc3339(&rfc3339(t)), Some(t));
+            assert_eq!(parse_rfc3339(&rfc3339(t).unwrap()), Some(t));
         }
         assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
+        // The calendar is checked, not only 1..=31 (the hand-written parser read this as 3 March).
+        assert_eq!(parse_rfc3339("2026-02-31T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2023-02-29T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("2024-02-29T00:00:00Z"), Some(1_709_164_800));
         assert_eq!(parse_rfc3339("yesterday"), None);
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), None);
+        assert_eq!(rfc3339(u64::MAX), None);
+    }
+
+    #[test]
+    fn reads_the_time_as_rfc3339_or_seconds_and_an_invalid_one_as_none() {
+        let read = |at: &str| {
+            Status::from_json(&format!("{{\"job_id\":1,\"updated_at\":{at}}}"))
+                .unwrap()
+                .updated_at
+        };
+        assert_eq!(read("\"2025-06-01T12:00:00Z\""), Some(1_748_779_200));
+        assert_eq!(read("1000"), Some(1000));
+        assert_eq!(read("\"2026-02-31T00:00:00Z\""), None);
+        assert_eq!(read("null"), None);
+        assert_eq!(read("true"), None);
     }
 }
