@@ -48,14 +48,12 @@ pub fn run(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     let runtime_dir = runtime_dir.as_path();
     // A user may not list `jobs/` (root 0711): they look up the jobs their own processes are in.
     let node = match report::read_node(runtime_dir, root) {
         Err(e) if !root && e.kind() == std::io::ErrorKind::PermissionDenied => {
-            // SAFETY: getuid cannot fail and touches no memory.
-            let uid = unsafe { libc::getuid() };
+            let uid = nix::unistd::getuid().as_raw();
             report::read_jobs(
                 runtime_dir,
                 &report::jobs_of_user(Path::new("/proc"), Path::new("/sys/fs/cgroup"), uid),
