@@ -160,7 +160,7 @@ impl Reporter for LogReporter {
 fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, String> {
     let job = control.job()?;
     let running = matches!(job.state.as_str(), "RUNNING" | "SUSPENDED" | "CONFIGURING");
-    Ok(running && run.map_or(true, |r| r == job.restarts))
+    Ok(running && run.is_none_or(|r| r == job.restarts))
 }
 
 pub fn run(params: Params) -> ExitCode {
