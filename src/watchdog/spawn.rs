@@ -177,3 +177,74 @@ unsafe fn child_after_fork(prepared: &Prepared) -> ! {
         libc::_exit(127)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// The program starts detached and clean even from a caller that blocks and ignores signals
+    /// and holds an inheritable descriptor, as slurmstepd does.
+    #[test]
+    fn the_program_starts_in_its_own_session_with_nothing_inherited() {
+        let dir = std::env::temp_dir().join(format!("gmq-spawn-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("out");
+        // `exec >`: dash keeps no saved copy of stdout, as it does for a command's redirection.
+        let script = format!(
+            "exec > {0}.tmp; ls /proc/$$/fd; grep -E '^Sig(Blk|Ign)' /proc/$$/status; \
+             cut -d' ' -f6 /proc/$$/stat; pwd; echo \"$GMQ_TEST\"; mv {0}.tmp {0}",
+            out.display()
+        );
+        let inherited = std::fs::File::open("/dev/null").unwrap();
+        // SAFETY: test-only setup on this thread: an inheritable duplicate, SIGUSR1 blocked,
+        // SIGQUIT ignored; all undone below.
+        let (leaked, old_quit) = unsafe {
+            let leaked = libc::dup(std::os::fd::AsRawFd::as_raw_fd(&inherited));
+            let mut usr1: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut usr1);
+            libc::sigaddset(&mut usr1, libc::SIGUSR1);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &usr1, std::ptr::null_mut());
+            (leaked, libc::signal(libc::SIGQUIT, libc::SIG_IGN))
+        };
+        let spawned = spawn_detached(
+            Path::new("/bin/sh"),
+            &["-c".to_string(), script],
+            &["GMQ_TEST=clean".to_string(), "PATH=/usr/bin:/bin".to_string()],
+        );
+        // SAFETY: undoing the setup above.
+        unsafe {
+            libc::close(leaked);
+            let mut usr1: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut usr1);
+            libc::sigaddset(&mut usr1, libc::SIGUSR1);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &usr1, std::ptr::null_mut());
+            libc::signal(libc::SIGQUIT, old_quit);
+        }
+        spawned.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !out.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = std::fs::read_to_string(&out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let our_session = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let our_session = our_session
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .nth(3)
+            .unwrap();
+        assert_eq!(lines[..3], ["0", "1", "2"], "{text}");
+        assert_eq!(lines[3], "SigBlk:\t0000000000000000", "{text}");
+        // Signals 1-31 (std's test harness ignores SIGPIPE; we ignored SIGQUIT). glibc reserves
+        // 32 and 33 for itself and refuses sigaction on them.
+        let ignored = u64::from_str_radix(lines[4].trim_start_matches("SigIgn:\t"), 16).unwrap();
+        assert_eq!(ignored & 0x7fff_ffff, 0, "{text}");
+        assert_ne!(lines[5], our_session, "{text}");
+        assert_eq!(&lines[6..], ["/", "clean"], "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
