@@ -1,30 +1,13 @@
 //! User names from uids (the passwd database, through NSS).
 
-use std::ffi::CStr;
+use nix::unistd::{Uid, User};
 
-/// The login name of `uid`, or `None` when the passwd database has no entry for it.
+/// The login name of `uid`, or `None` when the passwd database has no entry for it (or the
+/// lookup fails: nix grows getpwuid_r's buffer on ERANGE up to 1 MiB).
 pub fn user_name(uid: u32) -> Option<String> {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        // SAFETY: an all-zero passwd is a valid value to be overwritten.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is valid for the call; buf outlives the use of entry's strings.
-        let rc = unsafe { libc::getpwuid_r(uid, &mut entry, buf.as_mut_ptr().cast(), buf.len(), &mut found) };
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 4, 0);
-            continue;
-        }
-        if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-            return None;
-        }
-        // SAFETY: getpwuid_r filled pw_name with a NUL-terminated string inside buf.
-        return Some(
-            unsafe { CStr::from_ptr(entry.pw_name) }
-                .to_string_lossy()
-                .into_owned(),
-        );
-    }
+    let user = User::from_uid(Uid::from_raw(uid)).ok()??;
+    // nix turns a null pw_name into ""; that is no name either.
+    Some(user.name).filter(|name| !name.is_empty())
 }
 
 #[cfg(test)]

@@ -263,7 +263,7 @@ fn sorted(mut values: Vec<f64>) -> Vec<f64> {
 /// The `q` quantile of sorted values (nearest rank; the median averages the middle two).
 fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     let last = sorted.len().checked_sub(1)?;
-    if q == 0.5 && sorted.len() % 2 == 0 {
+    if q == 0.5 && sorted.len().is_multiple_of(2) {
         return Some((sorted[last / 2] + sorted[last / 2 + 1]) / 2.0);
     }
     Some(sorted[(last as f64 * q).round() as usize])

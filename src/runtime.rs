@@ -94,23 +94,18 @@ pub fn open_private(path: &Path, mode: u32) -> io::Result<fs::File> {
 /// Takes the job's watchdog lock without waiting: `Ok(None)` when another watchdog holds it.
 /// The lock lives as long as the returned file.
 pub fn try_lock(dir: &Path) -> io::Result<Option<fs::File>> {
-    let file = open_private(&dir.join(LOCK_FILE), 0o600)?;
-    // SAFETY: flock on a valid descriptor.
-    if unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )
-    } == 0
-    {
-        Ok(Some(file))
-    } else {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            Ok(None)
-        } else {
-            Err(e)
-        }
+    try_lock_file(&dir.join(LOCK_FILE))
+}
+
+/// Opens (creating, 0600, see [`open_private`]) `path` and takes an exclusive lock on it without
+/// waiting (std's `File::try_lock`: flock on Linux): `Ok(None)` when someone else holds it. The
+/// lock lives as long as the returned file.
+pub fn try_lock_file(path: &Path) -> io::Result<Option<fs::File>> {
+    let file = open_private(path, 0o600)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => Ok(None),
+        Err(fs::TryLockError::Error(e)) => Err(e),
     }
 }
 

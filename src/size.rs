@@ -41,7 +41,7 @@ impl fmt::Display for ByteSize {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
         for (unit, suffix) in [(TIB, 'T'), (GIB, 'G'), (MIB, 'M'), (KIB, 'K')] {
-            if b != 0 && b % unit == 0 {
+            if b != 0 && b.is_multiple_of(unit) {
                 return write!(f, "{}{}", b / unit, suffix);
             }
         }

@@ -15,7 +15,6 @@
 //! group or others, no sticky bit); everything is done relative to its descriptor.
 
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -168,10 +167,8 @@ fn fill_and_rename(
     file.write_all(text.as_bytes())?;
     if let Some(uid) = access.owner {
         // The group stays ours (root): the mode gives it nothing anyway.
-        // SAFETY: fchown on an open descriptor; gid -1 leaves the group as it is.
-        if unsafe { libc::fchown(file.as_raw_fd(), uid, u32::MAX) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        // On the descriptor; no gid leaves the group as it is.
+        std::os::unix::fs::fchown(&file, Some(uid), None)?;
     }
     // The creation mode was 0600 filtered by the umask; set it exactly, on the descriptor.
     file.set_permissions(std::fs::Permissions::from_mode(access.mode))?;

@@ -252,7 +252,7 @@ fn step_growth_that_levels_off_stops_warning() {
     report("step growth levelling off at 90%", &o);
     assert_eq!(o.crossing, None);
     let quiet_from = 9.0 * 60.0 + PredictParams::default().history.as_secs_f64();
-    assert!(o.last_warning.map_or(true, |t| t < quiet_from), "{o:?}");
+    assert!(o.last_warning.is_none_or(|t| t < quiet_from), "{o:?}");
 }
 
 /// Every shape under 40 seeds: no flat series warns, every leak is predicted a horizon early.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::args;
+use super::args::{Opt, Parsed, Spec};
 use crate::config::values::{after_max_name, format_duration, signal_name};
 use crate::config::{self, Config, RuleKind};
 use crate::preempt::{rank_of, JobPriority, RankKind};
@@ -45,17 +45,32 @@ struct Job {
     gpu_size: Option<ByteSize>,
 }
 
+pub const SPEC: Spec = Spec {
+    command: "check-config",
+    // Every option with a value describes the job to explain.
+    options: &[
+        Opt::value("user"),
+        Opt::value("account"),
+        Opt::value("partition"),
+        Opt::value("qos"),
+        Opt::value("request"),
+        Opt::value("gpu-size"),
+        Opt::flag("explain"),
+        Opt::flag("print"),
+    ],
+    max_positional: 1,
+    help: || USAGE.to_string(),
+    error_shows_help: true,
+};
+
 pub fn run(argv: Vec<String>) -> ExitCode {
-    let options = match parse_options(&argv) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("gpu-mem-quota check-config: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let parsed = match SPEC.parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    let options = match options(&parsed) {
+        Ok(options) => options,
+        Err(message) => return SPEC.usage_error(&message),
     };
     let path = options.path.as_str();
     let config = match config::load(Path::new(path)) {
@@ -85,17 +100,11 @@ pub fn run(argv: Vec<String>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The options, `None` for `--help`, or a usage error.
-fn parse_options(argv: &[String]) -> Result<Option<Options>, String> {
-    let job_keys = ["user", "account", "partition", "qos", "request", "gpu-size"];
-    let parsed = args::parse(argv, &job_keys, &["explain", "print", "help"])?;
-    if parsed.flag("help") {
-        return Ok(None);
-    }
-    let path = match parsed.positional.as_slice() {
-        [] => config::DEFAULT_PATH.to_string(),
-        [path] => path.clone(),
-        [_, extra, ..] => return Err(format!("unexpected argument '{extra}'")),
+/// What the parsed command line asks for, or a usage error.
+fn options(parsed: &Parsed) -> Result<Options, String> {
+    let path = match parsed.positional.first() {
+        None => config::DEFAULT_PATH.to_string(),
+        Some(path) => path.clone(),
     };
     let explain = if parsed.flag("explain") {
         let size = |key: &str| {
@@ -115,16 +124,16 @@ fn parse_options(argv: &[String]) -> Result<Option<Options>, String> {
             request: size("request")?,
             gpu_size: size("gpu-size")?,
         })
-    } else if let Some(key) = job_keys.iter().find(|k| parsed.value(k).is_some()) {
-        return Err(format!("--{key} needs --explain"));
+    } else if let Some(job_option) = SPEC.options.iter().find(|o| parsed.value(o.long).is_some()) {
+        return Err(format!("--{} needs --explain", job_option.long));
     } else {
         None
     };
-    Ok(Some(Options {
+    Ok(Options {
         path,
         print: parsed.flag("print"),
         explain,
-    }))
+    })
 }
 
 /// One line: how many rules, the cluster-wide settings, the action.

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::args::{parse, Parsed};
+use super::args::{Opt, Parsed, Spec};
 use crate::plan::framework::{LossKernel, StepKernel};
 use crate::plan::presets;
 use crate::plan::report;
@@ -15,49 +15,55 @@ use crate::plan::{
 };
 use crate::size::parse_size;
 
-const VALUE_KEYS: &[&str] = &[
-    "model",
-    "params",
-    "layers",
-    "hidden",
-    "heads",
-    "kv-heads",
-    "ffn",
-    "vocab",
-    "head",
-    "precision",
-    "optimizer",
-    "optimizer-impl",
-    "galore-rank",
-    "loss-impl",
-    "zero",
-    "dp",
-    "tp",
-    "pp",
-    "micro-batch",
-    "seq",
-    "grad-accum",
-    "checkpointing",
-    "lora-rank",
-    "lora-targets",
-    "framework",
-    "offload",
-    "quota",
-    "cuda-context",
+const OPTIONS: &[Opt] = &[
+    Opt::value("model"),
+    Opt::value("params"),
+    Opt::value("layers"),
+    Opt::value("hidden"),
+    Opt::value("heads"),
+    Opt::value("kv-heads"),
+    Opt::value("ffn"),
+    Opt::value("vocab"),
+    Opt::value("head"),
+    Opt::value("precision"),
+    Opt::value("optimizer"),
+    Opt::value("optimizer-impl"),
+    Opt::value("galore-rank"),
+    Opt::value("loss-impl"),
+    Opt::value("zero"),
+    Opt::value("dp"),
+    Opt::value("tp"),
+    Opt::value("pp"),
+    Opt::value("micro-batch"),
+    Opt::value("seq"),
+    Opt::value("grad-accum"),
+    Opt::value("checkpointing"),
+    Opt::value("lora-rank"),
+    Opt::value("lora-targets"),
+    Opt::value("framework"),
+    Opt::value("offload"),
+    Opt::value("quota"),
+    Opt::value("cuda-context"),
+    Opt::flag("sp"),
+    Opt::flag("fsdp"),
+    Opt::flag("flash"),
+    Opt::flag("no-flash"),
+    Opt::flag("qlora"),
+    Opt::flag("compile"),
+    Opt::flag("activation-offload"),
+    Opt::flag("optimizer-in-backward"),
+    Opt::flag("keep-grads"),
+    Opt::flag("json"),
 ];
-const FLAG_KEYS: &[&str] = &[
-    "sp",
-    "fsdp",
-    "flash",
-    "no-flash",
-    "qlora",
-    "compile",
-    "activation-offload",
-    "optimizer-in-backward",
-    "keep-grads",
-    "json",
-    "help",
-];
+
+pub const SPEC: Spec = Spec {
+    command: "plan",
+    options: OPTIONS,
+    max_positional: 0,
+    help,
+    // The help is long: an error points at it.
+    error_shows_help: false,
+};
 
 /// GaLore's rank when `--galore-rank` is not given: the galore_torch README's example (rank 128).
 const DEFAULT_GALORE_RANK: u64 = 128;
@@ -117,7 +123,8 @@ Parallelism (GPUs = dp x tp x pp)
   --sp                  Megatron sequence parallelism (needs --tp > 1)
   --zero S              ZeRO stage 0-3 (DeepSpeed; Megatron's distributed optimizer is 1)
   --fsdp                PyTorch FSDP FULL_SHARD
-  --offload W           optimizer (ZeRO-Offload) | params (ZeRO-3/FSDP parameter offload)
+  --offload W           none (default) | optimizer (ZeRO-Offload) | params (ZeRO-3/FSDP
+                        parameter offload)
   --framework F         pytorch (HF Transformers/Trainer, torchtitan, torchtune) | deepspeed |
                         megatron; default: deepspeed with --zero, otherwise pytorch
 
@@ -125,6 +132,7 @@ Environment
   --quota SIZE          GPU memory per GPU to fit in, Slurm syntax (40G, 81920M)
   --cuda-context SIZE   per-process CUDA context (default 500M)
   --json                print the same numbers as JSON
+  -h, --help            this help
 
 Exit status: 0 when the job fits the quota (or no quota is given), 1 when it does not, 2 on a
 usage error.
@@ -137,24 +145,17 @@ Example:
 
 /// Runs the command; see `help()`.
 pub fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match parse(&argv, VALUE_KEYS, FLAG_KEYS) {
-        Ok(p) => p,
-        Err(e) => return usage_error(&e),
+    let parsed = match SPEC.parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
     };
-    if parsed.flag("help") {
-        let _ = std::io::stdout().lock().write_all(help().as_bytes());
-        return ExitCode::SUCCESS;
-    }
-    if let Some(word) = parsed.positional.first() {
-        return usage_error(&format!("unexpected argument '{word}'"));
-    }
     let (job, quota) = match job_from(&parsed) {
         Ok(x) => x,
-        Err(e) => return usage_error(&e),
+        Err(e) => return SPEC.usage_error(&e),
     };
     let plan = match plan(&job, quota) {
         Ok(p) => p,
-        Err(e) => return usage_error(&e.to_string()),
+        Err(e) => return SPEC.usage_error(&e.to_string()),
     };
     let output = if parsed.flag("json") {
         report::json(&plan) + "\n"
@@ -167,11 +168,6 @@ pub fn run(argv: Vec<String>) -> ExitCode {
         Some(q) if plan.estimate.peak() > q => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     }
-}
-
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("gpu-mem-quota plan: {message}\nRun 'gpu-mem-quota plan --help' for the options.");
-    ExitCode::from(2)
 }
 
 /// A whole number for `--flag`.

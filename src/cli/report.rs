@@ -2,7 +2,7 @@
 //! runs, or one line per job of a user, from `sacct` and our AdminComment record.
 use std::process::ExitCode;
 
-use super::args;
+use super::args::{Opt, Parsed, Spec};
 use crate::report::{self, Query};
 use crate::slurmctl::{CtlError, SlurmTools};
 
@@ -15,7 +15,8 @@ job's AdminComment, and shows the GPU-memory quota, the peak per GPU, the GPU-me
 (peak / quota, as seff shows memory efficiency) and what the watchdog did (warn, over_quota,
 preempted, requeued, cancelled, held).
 
-  -j, --job JOBID        one job, a row per run and node (JOBID: N, or N_M for an array task)
+  -j, --job JOBID        one job, a row per run and node (JOBID: N, N_M for an array task, or
+                         N+M for a heterogeneous job's component)
   -u, --user USER        one line per job of USER
   -A, --account ACCOUNT  only jobs of this account
   -S, --start TIME       jobs that ran after TIME, in sacct's syntax (default: since midnight)
@@ -24,27 +25,34 @@ preempted, requeued, cancelled, held).
   -h, --help             this help
 ";
 
-/// sacct's short options, spelt the long way for `args::parse`.
-const SHORT: [(&str, &str); 5] = [
-    ("-j", "--job"),
-    ("-u", "--user"),
-    ("-A", "--account"),
-    ("-S", "--start"),
-    ("-E", "--end"),
+/// sacct's spellings: `-j`, `-u`, `-A`, `-S`, `-E`.
+const OPTIONS: &[Opt] = &[
+    Opt::value("job").short('j'),
+    Opt::value("user").short('u'),
+    Opt::value("account").short('A'),
+    Opt::value("start").short('S'),
+    Opt::value("end").short('E'),
+    Opt::flag("json"),
 ];
 
+pub const SPEC: Spec = Spec {
+    command: "report",
+    options: OPTIONS,
+    max_positional: 0,
+    help: || USAGE.to_string(),
+    error_shows_help: true,
+};
+
 pub fn run(argv: Vec<String>) -> ExitCode {
-    let (query, json) = match parse_options(&argv) {
-        Ok(Some(options)) => options,
-        Ok(None) => {
-            print!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("gpu-mem-quota report: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
+    let parsed = match SPEC.parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
     };
+    let query = match query(&parsed) {
+        Ok(query) => query,
+        Err(message) => return SPEC.usage_error(&message),
+    };
+    let json = parsed.flag("json");
     let mut slurm = SlurmTools::find();
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         slurm = slurm.with_slurm_conf(&conf);
@@ -99,26 +107,8 @@ fn failure_sentence(error: &CtlError) -> String {
     }
 }
 
-/// The query and `--json`, `None` for `--help`, or a usage error.
-fn parse_options(argv: &[String]) -> Result<Option<(Query, bool)>, String> {
-    let argv: Vec<String> = argv
-        .iter()
-        .map(|word| match SHORT.iter().find(|(short, _)| word == short) {
-            Some((_, long)) => long.to_string(),
-            None => word.clone(),
-        })
-        .collect();
-    let parsed = args::parse(
-        &argv,
-        &["job", "user", "account", "start", "end"],
-        &["json", "help"],
-    )?;
-    if parsed.flag("help") {
-        return Ok(None);
-    }
-    if let Some(word) = parsed.positional.first() {
-        return Err(format!("unexpected argument '{word}'"));
-    }
+/// The query the options ask for, or a usage error.
+fn query(parsed: &Parsed) -> Result<Query, String> {
     let owned = |key: &str| parsed.value(key).map(str::to_string);
     let query = match (owned("job"), owned("user")) {
         (Some(job), None) => {
@@ -140,5 +130,5 @@ fn parse_options(argv: &[String]) -> Result<Option<(Query, bool)>, String> {
         (None, None) => return Err("give -j JOBID or -u USER".into()),
     };
     query.check()?;
-    Ok(Some((query, parsed.flag("json"))))
+    Ok(query)
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::args;
+use super::args::{Opt, Spec};
 use crate::config::{self, Enforcement, LoadError};
 use crate::report;
 
@@ -23,16 +23,19 @@ status files under the policy's runtime_dir; users see their own jobs, root sees
   -h, --help     this help
 ";
 
+pub const SPEC: Spec = Spec {
+    command: "status",
+    options: &[Opt::value("config"), Opt::flag("json")],
+    max_positional: 0,
+    help: || USAGE.to_string(),
+    error_shows_help: true,
+};
+
 pub fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match args::parse(&argv, &["config"], &["json", "help"]) {
-        Ok(parsed) if parsed.positional.is_empty() => parsed,
-        Ok(parsed) => return usage_error(&format!("unexpected argument '{}'", parsed.positional[0])),
-        Err(message) => return usage_error(&message),
+    let parsed = match SPEC.parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
     };
-    if parsed.flag("help") {
-        print!("{USAGE}");
-        return ExitCode::SUCCESS;
-    }
     let path = parsed.value("config");
     let runtime_dir = match config::load(Path::new(path.unwrap_or(DEFAULT_CONFIG))) {
         Ok(policy) => policy.enforcement.runtime_dir,
@@ -48,14 +51,12 @@ pub fn run(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     let runtime_dir = runtime_dir.as_path();
     // A user may not list `jobs/` (root 0711): they look up the jobs their own processes are in.
     let node = match report::read_node(runtime_dir, root) {
         Err(e) if !root && e.kind() == std::io::ErrorKind::PermissionDenied => {
-            // SAFETY: getuid cannot fail and touches no memory.
-            let uid = unsafe { libc::getuid() };
+            let uid = nix::unistd::getuid().as_raw();
             report::read_jobs(
                 runtime_dir,
                 &report::jobs_of_user(Path::new("/proc"), Path::new("/sys/fs/cgroup"), uid),
@@ -79,9 +80,4 @@ pub fn run(argv: Vec<String>) -> ExitCode {
         print!("{}", report::node_text(&node, now));
     }
     ExitCode::SUCCESS
-}
-
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("gpu-mem-quota status: {message}\n\n{USAGE}");
-    ExitCode::from(2)
 }

@@ -1,10 +1,12 @@
 //! `gpu-mem-quota watchdog`: started by the plugin as root, once per job per node.
 use std::process::ExitCode;
 
+use super::args::Spec;
 use crate::watchdog::{daemon, params::Params};
 
 const HELP: &str = "\
 Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]
+                              [--preemptible]
 
 Watches one job's GPU memory on this node: samples NVML every interval, counts the job's own
 processes only, warns at the warn threshold, and on overuse past the grace period records the event
@@ -13,16 +15,21 @@ The SPANK plugin starts it (as root, detached, with a clean environment) and sto
 ends on the node; it is not meant to be run by hand except to debug.
 ";
 
+pub const SPEC: Spec = Spec {
+    command: "watchdog",
+    options: Params::OPTIONS,
+    max_positional: 0,
+    help: || HELP.to_string(),
+    error_shows_help: true,
+};
+
 pub fn run(argv: Vec<String>) -> ExitCode {
-    if argv.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{HELP}");
-        return ExitCode::SUCCESS;
-    }
-    match Params::from_args(&argv) {
+    let parsed = match SPEC.parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    match Params::from_parsed(&parsed) {
         Ok(params) => daemon::run(params),
-        Err(e) => {
-            eprintln!("gpu-mem-quota watchdog: {e}\n\n{HELP}");
-            ExitCode::from(2)
-        }
+        Err(e) => SPEC.usage_error(&e),
     }
 }

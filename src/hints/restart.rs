@@ -244,7 +244,10 @@ fn advise_batch(
         };
     }
     // `cap` ≤ micro ≤ MAX_BATCH_FACTOR, so this loop is short; 1 always divides.
-    let micro = (1..=cap).rev().find(|d| effective % d == 0).unwrap_or(1);
+    let micro = (1..=cap)
+        .rev()
+        .find(|d| effective.is_multiple_of(*d))
+        .unwrap_or(1);
     let accum = effective / micro;
     let reason = if micro == geometry.micro as u64 {
         format!(

@@ -310,7 +310,7 @@ fn must_divide(
     what: u64,
     why: &str,
 ) -> Result<(), PlanError> {
-    if what % value != 0 {
+    if !what.is_multiple_of(value) {
         return Err(error(
             flag,
             format!("{flag} {value} does not divide {what_flag} {what} ({why})"),

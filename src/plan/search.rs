@@ -40,7 +40,7 @@ fn divisors(n: u64) -> Vec<u64> {
     let (mut low, mut high) = (Vec::new(), Vec::new());
     let mut d = 1;
     while d * d <= n {
-        if n % d == 0 {
+        if n.is_multiple_of(d) {
             low.push(d);
             if d * d != n {
                 high.push(n / d);

@@ -20,9 +20,8 @@
 //! changed), the registry is opened and set up through its descriptor, files are opened with `O_NOFOLLOW` and must be regular files we own; anything
 //! else is skipped when listing and refused when read directly.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -305,7 +304,7 @@ impl Registry {
         timeout: Duration,
         proc_root: &Path,
     ) -> io::Result<DeadClaim> {
-        let Some(_lock) = try_flock(&self.lock_path(&victim.to_string()))? else {
+        let Some(_lock) = runtime::try_lock_file(&self.lock_path(&victim.to_string()))? else {
             return Ok(DeadClaim::Busy);
         };
         let Some(mut entry) = self.read(victim)? else {
@@ -325,7 +324,7 @@ impl Registry {
     /// Gives back a granted claim whose action failed, so that a watchdog may try again.
     /// Does nothing unless `me` holds the claim.
     pub fn withdraw_claim(&self, victim: u32, me: u32) -> io::Result<()> {
-        let Some(_lock) = try_flock(&self.lock_path(&victim.to_string()))? else {
+        let Some(_lock) = runtime::try_lock_file(&self.lock_path(&victim.to_string()))? else {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
                 format!("registry entry {victim} is locked by another watchdog"),
@@ -365,7 +364,7 @@ impl Registry {
         // than answer "busy", since its outcome decides ours.
         let mut lock = None;
         for _ in 0..100 {
-            lock = try_flock(&self.lock_path(&gpu_file(uuid)))?;
+            lock = runtime::try_lock_file(&self.lock_path(&gpu_file(uuid)))?;
             if lock.is_some() {
                 break;
             }
@@ -442,22 +441,6 @@ fn read_own_file(path: &Path) -> io::Result<Option<String>> {
     Ok(Some(text))
 }
 
-/// Takes an exclusive flock without waiting: `Ok(None)` when someone else holds it. The lock
-/// lives as long as the returned file.
-fn try_flock(path: &Path) -> io::Result<Option<File>> {
-    let file = runtime::open_private(path, 0o600)?;
-    // SAFETY: flock on a valid descriptor.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(Some(file));
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Ok(None)
-    } else {
-        Err(e)
-    }
-}
-
 fn remove_if_present(path: &Path) -> io::Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -466,8 +449,7 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
 }
 
 fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
+    nix::unistd::geteuid().as_raw()
 }
 
 fn invalid(message: String) -> io::Error {

@@ -78,7 +78,7 @@ impl Query {
             Query::Job(id) => {
                 let mut parts = id.splitn(2, ['_', '+']);
                 let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-                let ok = parts.next().is_some_and(digits) && parts.next().map_or(true, digits);
+                let ok = parts.next().is_some_and(digits) && parts.next().is_none_or(digits);
                 if ok {
                     Ok(())
                 } else {

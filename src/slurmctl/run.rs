@@ -12,11 +12,17 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
 /// The PATH a Slurm command gets: system directories only.
 pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
@@ -127,47 +133,36 @@ fn wait_draining(
 
 /// Has the child exited? Leaves it unreaped (`WNOWAIT`), keeping its pid and group id ours.
 fn has_exited(pid: u32) -> io::Result<bool> {
-    // SAFETY: waitid writes only into `info`, a zeroed siginfo_t we own.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-    // SAFETY: plain syscall on our own child's pid.
-    if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: si_pid is valid for SIGCHLD information, and 0 when no child has changed state.
-    Ok(unsafe { info.si_pid() } != 0)
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    // With WNOHANG, a child that has not changed state reads as StillAlive (si_pid 0).
+    let status = waitid(Id::Pid(Pid::from_raw(pid as libc::pid_t)), flags)?;
+    Ok(!matches!(status, WaitStatus::StillAlive))
 }
 
 /// SIGKILL to the child's process group (the child leads it: `process_group(0)`). Called only while
-/// the child is unreaped; a group that is already empty is fine.
+/// the child is unreaped; a group that is already empty is fine. The group id is our unreaped
+/// child's pid, so it names no one else.
 fn kill_group(child: &Child) {
-    // SAFETY: plain syscall; the group id is our unreaped child's pid, so it names no one else.
-    unsafe {
-        libc::killpg(child.id() as libc::pid_t, libc::SIGKILL);
-    }
+    let _ = killpg(Pid::from_raw(child.id() as libc::pid_t), Signal::SIGKILL);
 }
 
 /// Sleeps until one of the open pipes has something to read (or closes) or `nap` passes.
 fn wait_readable(drains: &[&Drain], nap: Duration) {
-    let mut fds: Vec<libc::pollfd> = drains
+    let mut fds: Vec<PollFd> = drains
         .iter()
         .filter_map(|d| d.fd())
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
+        .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
         .collect();
     if fds.is_empty() {
         std::thread::sleep(nap);
         return;
     }
-    let millis = nap.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` is a live, correctly sized array of pollfd. EINTR or an error only means we
-    // look again sooner.
-    unsafe {
-        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, millis);
-    }
+    let millis = nap.as_millis().clamp(1, i32::MAX as u128) as i32;
+    // EINTR or an error only means we look again sooner.
+    let _ = poll(
+        &mut fds,
+        PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX),
+    );
 }
 
 /// One non-blocking output pipe and what was read from it.
@@ -180,7 +175,7 @@ struct Drain {
 
 impl Drain {
     fn new(pipe: OwnedFd, max: usize) -> io::Result<Self> {
-        set_nonblocking(pipe.as_raw_fd())?;
+        set_nonblocking(&pipe)?;
         Ok(Drain {
             pipe: Some(File::from(pipe)),
             kept: Vec::new(),
@@ -189,8 +184,8 @@ impl Drain {
         })
     }
 
-    fn fd(&self) -> Option<libc::c_int> {
-        self.pipe.as_ref().map(|p| p.as_raw_fd())
+    fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.pipe.as_ref().map(|p| p.as_fd())
     }
 
     /// Reads what is in the pipe now, up to [`MAX_READ_PER_LOOK`] so that a writer faster than us
@@ -224,13 +219,9 @@ impl Drain {
     }
 }
 
-fn set_nonblocking(fd: libc::c_int) -> io::Result<()> {
-    // SAFETY: fcntl on a pipe fd we own.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
+fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
+    let flags = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
     Ok(())
 }
 

@@ -382,7 +382,6 @@ mod trust_tests {
     }
 
     fn is_root() -> bool {
-        // SAFETY: no arguments.
-        unsafe { libc::geteuid() == 0 }
+        nix::unistd::geteuid().is_root()
     }
 }

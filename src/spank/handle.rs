@@ -2,6 +2,7 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::fmt;
+use std::marker::PhantomData;
 
 use super::options::SpankOption;
 use super::sys;
@@ -50,6 +51,25 @@ fn c_string(call: &'static str, text: &str) -> Result<CString, SpankError> {
         call,
         code: sys::slurm_err_t_ESPANK_BAD_ARG,
     })
+}
+
+/// A `spank_get_item` item whose one variadic argument is a `T *`; made only by [`item!`], which
+/// also names the call for error messages.
+struct Item<T> {
+    item: sys::spank_item::Type,
+    call: &'static str,
+    written: PhantomData<T>,
+}
+
+/// `item!(S_JOB_UID: libc::uid_t)`: the item and the type Slurm writes for it.
+macro_rules! item {
+    ($name:ident: $type:ty) => {
+        Item::<$type> {
+            item: sys::spank_item::$name,
+            call: concat!("spank_get_item(", stringify!($name), ")"),
+            written: PhantomData,
+        }
+    };
 }
 
 /// The handle Slurm passes to a hook, plus the hook's plugstack arguments.
@@ -178,65 +198,43 @@ impl Spank {
     /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps). Slurm 22.05 answers 0 in
     /// the batch step whatever the count (it keeps the count for the environment only).
     pub fn restart_count(&self) -> Result<u32, SpankError> {
-        let mut count: u32 = 0;
-        // SAFETY: S_SLURM_RESTART_COUNT takes one `uint32_t *`.
-        check("spank_get_item(S_SLURM_RESTART_COUNT)", unsafe {
-            sys::spank_get_item(
-                self.raw,
-                sys::spank_item::S_SLURM_RESTART_COUNT,
-                &mut count as *mut u32,
-            )
-        })?;
-        Ok(count)
+        self.item(item!(S_SLURM_RESTART_COUNT: u32))
     }
 
     /// The job owner's uid (remote and local contexts).
     pub fn job_uid(&self) -> Result<u32, SpankError> {
-        let mut uid: libc::uid_t = 0;
-        // SAFETY: S_JOB_UID takes one `uid_t *`.
-        check("spank_get_item(S_JOB_UID)", unsafe {
-            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_UID, &mut uid as *mut libc::uid_t)
-        })?;
-        Ok(uid)
+        self.item(item!(S_JOB_UID: libc::uid_t))
     }
 
     /// The job owner's primary gid (remote context).
     pub fn job_gid(&self) -> Result<u32, SpankError> {
-        let mut gid: libc::gid_t = 0;
-        // SAFETY: S_JOB_GID takes one `gid_t *`.
-        check("spank_get_item(S_JOB_GID)", unsafe {
-            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_GID, &mut gid as *mut libc::gid_t)
-        })?;
-        Ok(gid)
+        self.item(item!(S_JOB_GID: libc::gid_t))
     }
 
     /// The step id (remote context): a number, or Slurm's special ids for the batch and extern steps.
     pub fn step_id(&self) -> Result<u32, SpankError> {
-        let mut id: u32 = 0;
-        // SAFETY: S_JOB_STEPID takes one `uint32_t *`.
-        check("spank_get_item(S_JOB_STEPID)", unsafe {
-            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_STEPID, &mut id as *mut u32)
-        })?;
-        Ok(id)
+        self.item(item!(S_JOB_STEPID: u32))
     }
 
     /// The local task id of the task being forked/exited (task hooks in the remote context).
     pub fn task_id(&self) -> Result<i32, SpankError> {
-        let mut id: c_int = 0;
-        // SAFETY: S_TASK_ID takes one `int *`.
-        check("spank_get_item(S_TASK_ID)", unsafe {
-            sys::spank_get_item(self.raw, sys::spank_item::S_TASK_ID, &mut id as *mut c_int)
-        })?;
-        Ok(id)
+        self.item(item!(S_TASK_ID: c_int))
     }
 
     /// The job id (remote and local contexts).
     pub fn job_id(&self) -> Result<u32, SpankError> {
-        let mut id: u32 = 0;
-        // SAFETY: S_JOB_ID takes one `uint32_t *`.
-        check("spank_get_item(S_JOB_ID)", unsafe {
-            sys::spank_get_item(self.raw, sys::spank_item::S_JOB_ID, &mut id as *mut u32)
+        self.item(item!(S_JOB_ID: u32))
+    }
+
+    /// Reads one `spank_get_item` item that Slurm writes through a single `T *`.
+    fn item<T: Copy + Default>(&self, item: Item<T>) -> Result<T, SpankError> {
+        let mut value = T::default();
+        // SAFETY: `Item`s are made only with `item!`, in this file, and each use above pairs an item
+        // with the C type spank.h documents for it (`uint32_t *`, `uid_t *`, `gid_t *`, `int *`):
+        // Slurm writes one `T` into `value`, which we own, and keeps no pointer to it.
+        check(item.call, unsafe {
+            sys::spank_get_item(self.raw, item.item, &mut value as *mut T)
         })?;
-        Ok(id)
+        Ok(value)
     }
 }

@@ -33,8 +33,7 @@ pub fn check_request(spank: &Spank) -> Result<(), String> {
     let request = request::parse_quota_option(&value).map_err(|e| e.to_string())?;
     let args = check_plugin_args(spank)?;
     let policy = config::load_for_job(&args.config, args.on_config_error);
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
+    let uid = nix::unistd::getuid().as_raw();
     let who = Identity {
         user: crate::passwd::user_name(uid),
         ..Identity::default()

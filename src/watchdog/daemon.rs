@@ -35,14 +35,16 @@ extern "C" fn on_stop_signal(_: libc::c_int) {
 }
 
 fn install_signal_handlers() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_stop_signal as *const () as usize;
-        libc::sigemptyset(&mut action.sa_mask);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaction(signal, &action, std::ptr::null_mut());
-        }
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe. A failure
+        // (only EINVAL, impossible for these signals) leaves the default, as before.
+        let _ = unsafe { sigaction(signal, &action) };
     }
 }
 
@@ -158,7 +160,7 @@ impl Reporter for LogReporter {
 fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, String> {
     let job = control.job()?;
     let running = matches!(job.state.as_str(), "RUNNING" | "SUSPENDED" | "CONFIGURING");
-    Ok(running && run.map_or(true, |r| r == job.restarts))
+    Ok(running && run.is_none_or(|r| r == job.restarts))
 }
 
 pub fn run(params: Params) -> ExitCode {
@@ -631,16 +633,10 @@ fn write_inventory(runtime_dir: &Path, source: &NvmlSource, report: &mut LogRepo
 }
 
 fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let name = if ok {
-        std::ffi::CStr::from_bytes_until_nul(&buf).ok()
-    } else {
-        None
-    };
-    name.map(|n| n.to_string_lossy().split('.').next().unwrap_or("").to_string())
-        .unwrap_or_else(|| "unknown".into())
+    match nix::unistd::gethostname() {
+        Ok(name) => name.to_string_lossy().split('.').next().unwrap_or("").to_string(),
+        Err(_) => "unknown".into(),
+    }
 }
 
 #[cfg(test)]

@@ -355,7 +355,7 @@ impl Watchdog {
             }
             Err(e) => {
                 // Log the first failure and then every 100th: a lost GPU must not flood the log.
-                if self.sample_errors % 100 == 0 {
+                if self.sample_errors.is_multiple_of(100) {
                     report.error(&format!(
                         "cannot sample GPU memory: {e}; the job keeps running unchecked"
                     ));

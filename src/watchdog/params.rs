@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::args;
+use crate::cli::args::{self, Opt, Parsed};
 use crate::size::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,17 @@ pub struct Params {
 }
 
 impl Params {
+    /// The options [`to_args`](Params::to_args) writes and [`from_args`](Params::from_args) reads.
+    pub const OPTIONS: &'static [Opt] = &[
+        Opt::value("job"),
+        Opt::value("uid"),
+        Opt::value("gid"),
+        Opt::value("gpus"),
+        Opt::value("config"),
+        Opt::value("quota-bytes"),
+        Opt::flag("preemptible"),
+    ];
+
     pub fn to_args(&self) -> Vec<String> {
         let mut argv = vec![
             "watchdog".to_string(),
@@ -43,12 +54,13 @@ impl Params {
         argv
     }
 
+    /// Reads what [`to_args`](Params::to_args) wrote (without the leading `watchdog`).
     pub fn from_args(argv: &[String]) -> Result<Params, String> {
-        let p = args::parse(
-            argv,
-            &["job", "uid", "gid", "gpus", "config", "quota-bytes"],
-            &["help", "preemptible"],
-        )?;
+        Params::from_parsed(&args::parse(argv, Params::OPTIONS)?)
+    }
+
+    /// The parameters in a parsed command line, or what is missing or wrong.
+    pub fn from_parsed(p: &Parsed) -> Result<Params, String> {
         let number = |key: &str| -> Result<u32, String> {
             let text = p.value(key).ok_or_else(|| format!("--{key} is required"))?;
             text.parse()
