@@ -6,6 +6,7 @@
 //! (`size`, `request`, `config`, `quota`, `hints`, `predict`, `record`, `plan`) do no I/O.
 
 pub mod admission;
+pub mod argv;
 pub mod attribute;
 pub mod batch;
 pub mod cli;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod hints;
 pub mod job_env;
 pub mod json;
+pub mod launch;
 pub mod metrics;
 pub mod passwd;
 pub mod plan;

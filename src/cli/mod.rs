@@ -1,7 +1,8 @@
 //! The `gpu-mem-quota` command line: a table of commands, each a thin wrapper over library code.
 //! Argument parsing is small and shared (`args`); commands print their own `--help`.
 
-pub mod args;
+/// The argument parser, shared with the watchdog's command line (`launch::params`).
+pub use crate::argv as args;
 mod check_config;
 mod plan;
 mod report;

@@ -1,7 +1,8 @@
 //! `gpu-mem-quota watchdog`: started by the plugin as root, once per job per node.
 use std::process::ExitCode;
 
-use crate::watchdog::{daemon, params::Params};
+use crate::launch::Params;
+use crate::watchdog::daemon;
 
 const HELP: &str = "\
 Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]

@@ -24,6 +24,7 @@ use crate::attribute::{same_process, signal};
 use crate::config;
 use crate::hints;
 use crate::job_env;
+use crate::launch::{self, spawn, Params};
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
 use crate::preempt::registry;
 use crate::quota::Identity;
@@ -32,7 +33,7 @@ use crate::size::ByteSize;
 use crate::slurmctl::SlurmTools;
 use crate::watchdog::control::SlurmController;
 use crate::watchdog::shared_record::record_entry;
-use crate::watchdog::{gpu, params::Params, spawn, AdminComment, Controller};
+use crate::watchdog::{AdminComment, Controller};
 
 /// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
 const EXTERN_STEP: u32 = 0xffff_fffc;
@@ -444,7 +445,7 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
         .iter()
         .filter_map(|name| spank.getenv(name).ok().flatten())
         .find(|value| !value.is_empty() && value != "NoDevFiles")?;
-    Some(gpu::parse_gpu_list(&value).unwrap_or_default())
+    Some(launch::parse_gpu_list(&value).unwrap_or_default())
 }
 
 /// Who runs the job. The user from the job's uid (slurmstepd's, from the job credential). Account,

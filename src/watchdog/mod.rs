@@ -1,4 +1,4 @@
-//! The per-job watchdog: one process per job per node, started by the plugin (see `spawn`).
+//! The per-job watchdog: one process per job per node, started by the plugin (see `crate::launch`).
 //!
 //! Each interval: sample the job's GPUs (`gpu`), keep the processes that are provably the job's
 //! (`attribute`), track current/peak per GPU, feed the ladder (`ladder`), write the job's status
@@ -16,9 +16,7 @@ pub mod gpu;
 pub mod ladder;
 pub mod leftovers;
 pub mod log;
-pub mod params;
 pub mod shared_record;
-pub mod spawn;
 pub mod status;
 
 use std::collections::{BTreeMap, VecDeque};
