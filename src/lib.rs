@@ -11,6 +11,7 @@ pub mod attribute;
 pub mod batch;
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod hints;
 pub mod job_env;
 pub mod json;

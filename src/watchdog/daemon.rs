@@ -12,20 +12,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::contend::{Contender, JobFacts};
-use super::control::{ProcAttributor, SlurmController};
+use super::control::ProcAttributor;
 use super::gpu::{GpuSource, NvmlSource, Recording};
 use super::log::Log;
 use super::status::Status;
-use super::{backoff, Controller, Flow, Reporter, Watchdog};
+use super::{backoff, Flow, Reporter, Watchdog};
 use crate::attribute;
 use crate::config;
+use crate::controller::{ControlError, Controller, SlurmController};
 use crate::launch::Params;
 use crate::preempt::registry::GpuRef;
 use crate::preempt::JobPriority;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::{CtlError, JobRecord, SlurmTools};
+use crate::slurmctl::{CtlError, JobRecord};
 use crate::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -154,11 +155,15 @@ impl Reporter for LogReporter {
     }
 }
 
-/// Whether slurmctld's view says this run of the job is still going on this node.
-fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, String> {
-    let job = control.job()?;
-    let running = matches!(job.state.as_str(), "RUNNING" | "SUSPENDED" | "CONFIGURING");
-    Ok(running && run.map_or(true, |r| r == job.restarts))
+/// Whether slurmctld's view says this run of the job is still going on this node. A job slurmctld
+/// says is gone is not; `Err`: slurmctld gave no usable answer (or refused), ask again later.
+fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, ControlError> {
+    let job = match control.job() {
+        Ok(job) => job,
+        Err(e) if e.job_gone() => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    Ok(job.is_running() && run.map_or(true, |r| r == job.restarts))
 }
 
 pub fn run(params: Params) -> ExitCode {
@@ -215,14 +220,7 @@ pub fn run(params: Params) -> ExitCode {
     for e in errors {
         log.warning(&format!("sweeping what gone jobs left: {e}"));
     }
-    let mut tools = SlurmTools::find();
-    if let Ok(conf) = std::env::var("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
-    }
-    let mut control = SlurmController {
-        job_id: params.job_id,
-        tools,
-    };
+    let mut control = SlurmController::from_env(params.job_id);
     let node = hostname();
     let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
     let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
@@ -262,7 +260,7 @@ pub fn run(params: Params) -> ExitCode {
         settings.interval,
         settings.warn_threshold * 100.0,
         settings.grace,
-        super::action_name(settings.action),
+        settings.action.name(),
     ));
     let gpus = &mut gpus_source;
     let mut attributor = ProcAttributor::new(
