@@ -2,17 +2,33 @@
 //!
 //! One library, two faces: the SPANK plugin (`cdylib`, loaded by slurmd, slurmstepd, sbatch, srun
 //! and salloc through plugstack.conf) and the code the companion binary `gpu-mem-quota` runs.
-//! Layers point down only: `spank` (FFI edge) and `cli` use the pure modules; the pure modules
-//! (`size`, `request`, `config`, `quota`, `hints`, `predict`, `record`, `plan`) do no I/O.
+//!
+//! Layers point down only: a module uses modules of its own layer or below, never above, and the
+//! `crate::` imports have no cycle (a shared piece lives below both of its users). From the bottom:
+//!
+//! 1. **Values**, pure: `size`, `request`, `batch`, `record` (the AdminComment format), `json_number`,
+//!    `argv` (the command-line parser), `job_env`.
+//! 2. **Policy and decisions**, pure: `config` (with the `[preemption]` settings), `plugin_args`,
+//!    `hints`, `quota`, `admission`, `predict`, `plan`.
+//! 3. **Node and Slurm edges**, I/O: `trusted_dir`, `textfile`, `runtime`, `attribute`, `passwd`,
+//!    `metrics`, `slurmctl` (Slurm's commands), `preempt` (its pure decision on the node registry).
+//! 4. **The job in slurmctld and the watchdog's interface**: `controller` (read the job, keep its
+//!    record, act; typed failures), `launch` (the watchdog's command line and its spawn).
+//! 5. **Faces**: `watchdog` (the per-job daemon), `report` (reads accounting and the watchdog's
+//!    status files), `cli` (the binary's commands) over both, and `spank` (the plugin's FFI edge),
+//!    which starts the watchdog through `launch` and never reaches into `watchdog`.
 
 pub mod admission;
+pub mod argv;
 pub mod attribute;
 pub mod batch;
 pub mod cli;
 pub mod config;
+pub mod controller;
 pub mod hints;
 pub mod job_env;
 pub mod json_number;
+pub mod launch;
 pub mod metrics;
 pub mod passwd;
 pub mod plan;

@@ -11,7 +11,8 @@ use std::path::PathBuf;
 
 use crate::config::values::{parse_on_config_error, OnConfigError};
 
-pub const DEFAULT_CONFIG: &str = "/etc/slurm/gpu-mem-quota.toml";
+/// The policy file when the plugstack line names none (the same as `check-config`'s default).
+pub const DEFAULT_CONFIG: &str = crate::config::DEFAULT_PATH;
 pub const DEFAULT_WATCHDOG: &str = "/usr/local/sbin/gpu-mem-quota";
 
 /// Every key the plugstack line accepts, with what it means (for error messages and docs).

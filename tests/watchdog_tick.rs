@@ -8,7 +8,7 @@ use gpu_mem_quota::record;
 use gpu_mem_quota::size::ByteSize;
 use gpu_mem_quota::watchdog::control::ProcAttributor;
 use gpu_mem_quota::watchdog::gpu::{GpuProcess, GpuSample, GpuSource};
-use gpu_mem_quota::watchdog::{Attributor, Watchdog};
+use gpu_mem_quota::watchdog::{Attributor, Flow, Watchdog};
 
 #[path = "common/watchdog_fakes.rs"]
 mod watchdog_fakes;
@@ -254,6 +254,39 @@ fn no_action_without_the_record_and_a_retry_later() {
         .lines
         .iter()
         .any(|l| l.contains("the record cannot be written") && l.contains("not acting blind")));
+}
+
+#[test]
+fn a_job_slurmctld_says_is_gone_stops_the_watchdog_instead_of_a_retry() {
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    let mut gpus = FakeGpus::new(vec![Ok((50 * G, 0))]);
+    let mut slurm = FakeSlurm {
+        requeueable: true,
+        job_gone: true,
+        ..FakeSlurm::default()
+    };
+    let mut lines = Lines::default();
+    let t0 = Instant::now();
+    let flows: Vec<Flow> = (0..10)
+        .map(|i| {
+            let at = t0 + Duration::from_secs(i);
+            watchdog.tick(at, &mut gpus, &mut ByPid, &mut slurm, &mut lines)
+        })
+        .collect();
+    // Over the quota past the grace period (2 s): the third sample acts, and finds the job gone.
+    let stop = flows.iter().position(|f| *f == Flow::Stop);
+    assert_eq!(stop, Some(2), "{flows:?} {:?}", lines.lines);
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    assert!(lines
+        .lines
+        .iter()
+        .any(|l| l.starts_with("info: the job is gone from slurmctld") && l.contains("Invalid job id")));
+    assert!(
+        !lines.lines.iter().any(|l| l.contains("will try again")),
+        "{:?}",
+        lines.lines
+    );
 }
 
 #[test]

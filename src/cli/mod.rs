@@ -2,7 +2,8 @@
 //! Argument parsing is shared (`args`, over lexopt): each command declares its options and help
 //! in one [`args::Spec`].
 
-pub mod args;
+/// The argument parser, shared with the watchdog's command line (`launch::params`).
+pub use crate::argv as args;
 mod check_config;
 mod plan;
 mod report;

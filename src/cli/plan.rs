@@ -183,16 +183,16 @@ fn number(p: &Parsed, key: &str) -> Result<Option<u64>, String> {
     }
 }
 
-/// One of `choices` (the first element is what the user types) for `--flag`.
-fn choice<T: Copy>(p: &Parsed, key: &str, choices: &[(&str, T)], default: T) -> Result<T, String> {
+/// One of `choices` (the second element is what the user types: an enum's `ALL`) for `--flag`.
+fn choice<T: Copy>(p: &Parsed, key: &str, choices: &[(T, &str)], default: T) -> Result<T, String> {
     match p.value(key) {
         None => Ok(default),
         Some(text) => choices
             .iter()
-            .find(|(name, _)| name.eq_ignore_ascii_case(text))
-            .map(|(_, value)| *value)
+            .find(|(_, name)| name.eq_ignore_ascii_case(text))
+            .map(|(value, _)| *value)
             .ok_or_else(|| {
-                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                let names: Vec<&str> = choices.iter().map(|(_, n)| *n).collect();
                 format!(
                     "invalid --{key} '{}': use one of {}",
                     text.escape_debug(),
@@ -303,7 +303,7 @@ fn model_from(p: &Parsed) -> Result<Model, String> {
     if let Some(n) = number(p, "vocab")? {
         shape.vocab = n;
     }
-    shape.head = choice(p, "head", &[("lm", Head::Lm), ("none", Head::None)], Head::Lm)?;
+    shape.head = choice(p, "head", &[(Head::Lm, "lm"), (Head::None, "none")], Head::Lm)?;
     Ok(Model::Shaped(shape))
 }
 
@@ -321,16 +321,7 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
     } else {
         Framework::Pytorch
     };
-    let framework = choice(
-        p,
-        "framework",
-        &[
-            ("pytorch", Framework::Pytorch),
-            ("deepspeed", Framework::Deepspeed),
-            ("megatron", Framework::Megatron),
-        ],
-        default_framework,
-    )?;
+    let framework = choice(p, "framework", &Framework::ALL, default_framework)?;
     let flash = match (p.flag("flash"), p.flag("no-flash")) {
         (true, true) => return Err("--flash and --no-flash: choose one".into()),
         (_, no_flash) => !no_flash,
@@ -338,35 +329,18 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
     let finetune = match number(p, "lora-rank")? {
         Some(rank) => Finetune::Lora {
             rank,
-            targets: choice(
-                p,
-                "lora-targets",
-                &[
-                    ("qv", LoraTargets::QueryValue),
-                    ("attn", LoraTargets::Attention),
-                    ("all", LoraTargets::All),
-                ],
-                LoraTargets::All,
-            )?,
+            targets: choice(p, "lora-targets", &LoraTargets::ALL, LoraTargets::All)?,
             quantized: p.flag("qlora"),
         },
         None if p.flag("qlora") => return Err("--qlora needs --lora-rank (the adapters' rank)".into()),
         None if p.value("lora-targets").is_some() => return Err("--lora-targets needs --lora-rank".into()),
         None => Finetune::Full,
     };
-    let optimizer = match choice(
-        p,
-        "optimizer",
-        &[
-            ("adamw", Some(Optimizer::AdamW)),
-            ("adam8bit", Some(Optimizer::Adam8bit)),
-            ("sgd", Some(Optimizer::Sgd)),
-            ("sgd-momentum", Some(Optimizer::SgdMomentum)),
-            ("adafactor", Some(Optimizer::Adafactor)),
-            ("galore", None),
-        ],
-        Some(Optimizer::AdamW),
-    )? {
+    let optimizers: Vec<(Option<Optimizer>, &str)> =
+        (Optimizer::ALL.iter().map(|&(o, name)| (Some(o), name)))
+            .chain([(None, "galore")])
+            .collect();
+    let optimizer = match choice(p, "optimizer", &optimizers, Some(Optimizer::AdamW))? {
         Some(_) if p.value("galore-rank").is_some() => {
             return Err("--galore-rank needs --optimizer galore".into())
         }
@@ -377,18 +351,7 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
     };
     let job = Job {
         model,
-        precision: choice(
-            p,
-            "precision",
-            &[
-                ("fp32", Precision::Fp32),
-                ("amp", Precision::Amp),
-                ("mixed", Precision::Mixed),
-                ("bf16", Precision::Bf16),
-                ("fp8", Precision::Fp8),
-            ],
-            Precision::Mixed,
-        )?,
+        precision: choice(p, "precision", &Precision::ALL, Precision::Mixed)?,
         optimizer,
         parallel: Parallel {
             dp: number(p, "dp")?.unwrap_or(1),
@@ -397,29 +360,11 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
             sp: p.flag("sp"),
         },
         sharding,
-        offload: choice(
-            p,
-            "offload",
-            &[
-                ("none", Offload::None),
-                ("optimizer", Offload::Optimizer),
-                ("params", Offload::Params),
-            ],
-            Offload::None,
-        )?,
+        offload: choice(p, "offload", &Offload::ALL, Offload::None)?,
         micro_batch: number(p, "micro-batch")?.unwrap_or(1),
         seq: number(p, "seq")?.unwrap_or(2048),
         grad_accum: number(p, "grad-accum")?.unwrap_or(1),
-        checkpointing: choice(
-            p,
-            "checkpointing",
-            &[
-                ("none", Checkpointing::None),
-                ("selective", Checkpointing::Selective),
-                ("full", Checkpointing::Full),
-            ],
-            Checkpointing::None,
-        )?,
+        checkpointing: choice(p, "checkpointing", &Checkpointing::ALL, Checkpointing::None)?,
         flash,
         finetune,
         framework,
@@ -428,27 +373,13 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
             Some(_) => Some(choice(
                 p,
                 "optimizer-impl",
-                &[
-                    ("loop", StepKernel::ForLoop),
-                    ("foreach", StepKernel::Foreach),
-                    ("fused", StepKernel::Fused),
-                ],
+                &StepKernel::ALL,
                 StepKernel::Foreach,
             )?),
         },
         loss_impl: match p.value("loss-impl") {
             None => None,
-            Some(_) => Some(choice(
-                p,
-                "loss-impl",
-                &[
-                    ("upcast", LossKernel::Fp32Upcast),
-                    ("vocab-parallel", LossKernel::FusedFp32),
-                    ("chunked", LossKernel::Chunked),
-                    ("fused-linear", LossKernel::FusedLinear),
-                ],
-                LossKernel::Fp32Upcast,
-            )?),
+            Some(_) => Some(choice(p, "loss-impl", &LossKernel::ALL, LossKernel::Fp32Upcast)?),
         },
         compile: p.flag("compile"),
         activation_offload: p.flag("activation-offload"),

@@ -2,7 +2,8 @@
 use std::process::ExitCode;
 
 use super::args::Spec;
-use crate::watchdog::{daemon, params::Params};
+use crate::launch::Params;
+use crate::watchdog::daemon;
 
 const HELP: &str = "\
 Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]

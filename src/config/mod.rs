@@ -10,6 +10,7 @@
 //! `render` (a policy back to TOML, every setting spelt out).
 
 mod error;
+mod preemption;
 mod raw;
 mod render;
 mod validate;
@@ -20,13 +21,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use error::{toml_key, ConfigError, ConfigErrors, LoadError};
+pub use preemption::{AfterMax, PreemptSettings, RankKind, Ranks};
 pub use render::render;
 pub use values::{Action, Amount, DefaultQuota, OnConfigError, Percent};
 
 use crate::size::ByteSize;
 
 /// Where the plugin and `check-config` look when told nothing else.
-pub const DEFAULT_PATH: &str = crate::plugin_args::DEFAULT_CONFIG;
+pub const DEFAULT_PATH: &str = "/etc/slurm/gpu-mem-quota.toml";
 
 /// The kinds of rule, each a table family in the file (`[user.NAME]`, ... and `[defaults]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -113,7 +115,7 @@ pub struct Config {
     /// `[metrics]`: Prometheus textfile-collector output.
     pub metrics: Metrics,
     /// `[preemption]`: priority preemption on a contended GPU (off unless the admin turns it on).
-    pub preemption: crate::preempt::PreemptSettings,
+    pub preemption: PreemptSettings,
 }
 
 /// `[frameworks]`.

@@ -135,7 +135,7 @@ pub struct RawPreemption {
 /// wrong type is checked in `validate`; a `qos = 5` (not a table) is a shape error here.
 pub type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
-/// `[preemption.ranks]`: only the three kinds a rank can be keyed by (`crate::preempt::RankKind`).
+/// `[preemption.ranks]`: only the three kinds a rank can be keyed by (`super::RankKind`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with qos, partition, account")]
 pub struct RawRanks {

@@ -6,8 +6,7 @@ use std::path::Path;
 
 use super::error::toml_key;
 use super::values::{after_max_name, format_duration, signal_name};
-use super::{Config, Rule, RuleKind};
-use crate::preempt::{PreemptSettings, RankKind};
+use super::{Config, PreemptSettings, RankKind, Rule, RuleKind};
 
 pub fn render(config: &Config) -> String {
     let mut out = String::from("[defaults]\n");

@@ -17,8 +17,10 @@ use super::values::{
     format_duration, parse_action, parse_after_max, parse_amount, parse_default_quota, parse_duration,
     parse_on_config_error, parse_signal, Action, Amount, DefaultQuota,
 };
-use super::{limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, Rule, RuleKind};
-use crate::preempt::{PreemptSettings, RankKind, Ranks};
+use super::{
+    limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, PreemptSettings, RankKind,
+    Ranks, Rule, RuleKind,
+};
 use crate::size::{parse_size, ByteSize};
 
 pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {

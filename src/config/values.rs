@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::preempt::AfterMax;
+use super::AfterMax;
 use crate::size::{parse_size, ByteSize};
 
 const MIB: u64 = 1 << 20;

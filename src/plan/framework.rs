@@ -22,13 +22,16 @@ pub enum LossKernel {
 }
 
 impl LossKernel {
+    /// Each kernel and its name (`plan --loss-impl`, the plan's text and JSON).
+    pub const ALL: [(LossKernel, &'static str); 4] = [
+        (LossKernel::Fp32Upcast, "upcast"),
+        (LossKernel::FusedFp32, "vocab-parallel"),
+        (LossKernel::Chunked, "chunked"),
+        (LossKernel::FusedLinear, "fused-linear"),
+    ];
+
     pub fn name(self) -> &'static str {
-        match self {
-            LossKernel::Fp32Upcast => "upcast",
-            LossKernel::FusedFp32 => "vocab-parallel",
-            LossKernel::Chunked => "chunked",
-            LossKernel::FusedLinear => "fused-linear",
-        }
+        super::job::name_in(&Self::ALL, self)
     }
 }
 
@@ -126,21 +129,27 @@ pub fn profile(framework: Framework) -> Profile {
 }
 
 impl StepKernel {
+    /// Each kernel and its name (`plan --step-kernel`, the plan's text and JSON).
+    pub const ALL: [(StepKernel, &'static str); 3] = [
+        (StepKernel::ForLoop, "loop"),
+        (StepKernel::Foreach, "foreach"),
+        (StepKernel::Fused, "fused"),
+    ];
+
     pub fn name(self) -> &'static str {
-        match self {
-            StepKernel::ForLoop => "loop",
-            StepKernel::Foreach => "foreach",
-            StepKernel::Fused => "fused",
-        }
+        super::job::name_in(&Self::ALL, self)
     }
 }
 
 impl Framework {
+    /// Each framework and its name (`plan --framework`, the plan's text and JSON).
+    pub const ALL: [(Framework, &'static str); 3] = [
+        (Framework::Pytorch, "pytorch"),
+        (Framework::Deepspeed, "deepspeed"),
+        (Framework::Megatron, "megatron"),
+    ];
+
     pub fn name(self) -> &'static str {
-        match self {
-            Framework::Pytorch => "pytorch",
-            Framework::Deepspeed => "deepspeed",
-            Framework::Megatron => "megatron",
-        }
+        super::job::name_in(&Self::ALL, self)
     }
 }

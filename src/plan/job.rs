@@ -53,6 +53,14 @@ impl Model {
 /// millions of GiB helps nobody.
 pub const MAX_PARAMS: u64 = 10_000_000_000_000;
 
+/// The name of `value` in `table` (an enum's `ALL`).
+pub(crate) fn name_in<T: Copy + PartialEq>(table: &[(T, &'static str)], value: T) -> &'static str {
+    table
+        .iter()
+        .find(|(v, _)| *v == value)
+        .map_or("", |(_, name)| name)
+}
+
 /// Numeric formats of weights, gradients, optimizer states and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Precision {
@@ -67,6 +75,21 @@ pub enum Precision {
     Bf16,
     /// FP8 GEMMs (Transformer Engine) on top of `Mixed`.
     Fp8,
+}
+
+impl Precision {
+    /// Each value and its name (`plan`'s option value, the plan's text and JSON).
+    pub const ALL: [(Precision, &'static str); 5] = [
+        (Precision::Fp32, "fp32"),
+        (Precision::Amp, "amp"),
+        (Precision::Mixed, "mixed"),
+        (Precision::Bf16, "bf16"),
+        (Precision::Fp8, "fp8"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        name_in(&Self::ALL, self)
+    }
 }
 
 /// Optimizers and their per-parameter state.
@@ -86,6 +109,24 @@ pub enum Optimizer {
     },
 }
 
+impl Optimizer {
+    /// Each optimizer without a parameter and its name; GaLore (`galore`) takes its rank.
+    pub const ALL: [(Optimizer, &'static str); 5] = [
+        (Optimizer::AdamW, "adamw"),
+        (Optimizer::Adam8bit, "adam8bit"),
+        (Optimizer::Sgd, "sgd"),
+        (Optimizer::SgdMomentum, "sgd-momentum"),
+        (Optimizer::Adafactor, "adafactor"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Optimizer::Galore { .. } => "galore",
+            other => name_in(&Self::ALL, other),
+        }
+    }
+}
+
 /// How model states are partitioned across data-parallel ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sharding {
@@ -98,6 +139,15 @@ pub enum Sharding {
 }
 
 impl Sharding {
+    /// The name in the plan's text and JSON (`none`, `zero-N`, `fsdp`).
+    pub fn name(self) -> String {
+        match self {
+            Sharding::None => "none".into(),
+            Sharding::Zero(stage) => format!("zero-{stage}"),
+            Sharding::Fsdp => "fsdp".into(),
+        }
+    }
+
     /// The ZeRO stage this partitioning amounts to: what is divided by the data-parallel size.
     pub fn stage(self) -> u8 {
         match self {
@@ -123,6 +173,19 @@ pub enum Offload {
     Params,
 }
 
+impl Offload {
+    /// Each value and its name (`plan`'s option value, the plan's text and JSON).
+    pub const ALL: [(Offload, &'static str); 3] = [
+        (Offload::None, "none"),
+        (Offload::Optimizer, "optimizer"),
+        (Offload::Params, "params"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        name_in(&Self::ALL, self)
+    }
+}
+
 /// Activation recomputation (Korthikanti et al. 2022).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Checkpointing {
@@ -131,6 +194,19 @@ pub enum Checkpointing {
     Selective,
     /// Keep only each layer's input; recompute the layer in the backward pass.
     Full,
+}
+
+impl Checkpointing {
+    /// Each value and its name (`plan`'s option value, the plan's text and JSON).
+    pub const ALL: [(Checkpointing, &'static str); 3] = [
+        (Checkpointing::None, "none"),
+        (Checkpointing::Selective, "selective"),
+        (Checkpointing::Full, "full"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        name_in(&Self::ALL, self)
+    }
 }
 
 /// The training stack; it decides implementation details that move memory (see framework.rs).
@@ -153,6 +229,19 @@ pub enum LoraTargets {
     Attention,
     /// Every linear layer in the transformer layers (the QLoRA paper's choice).
     All,
+}
+
+impl LoraTargets {
+    /// Each value and its name (`plan`'s option value, the plan's text and JSON).
+    pub const ALL: [(LoraTargets, &'static str); 3] = [
+        (LoraTargets::QueryValue, "qv"),
+        (LoraTargets::Attention, "attn"),
+        (LoraTargets::All, "all"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        name_in(&Self::ALL, self)
+    }
 }
 
 /// Full fine-tuning/pre-training, or adapters on a frozen base.

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::job::{Checkpointing, Finetune, Job, LoraTargets, Offload, Optimizer, Precision, Sharding};
+use super::job::{Finetune, Job, Optimizer};
 use super::search::{quota_gib, Plan};
 use crate::json_number::rounded;
 
@@ -10,59 +10,6 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / GIB
-}
-
-pub fn precision_name(p: Precision) -> &'static str {
-    match p {
-        Precision::Fp32 => "fp32",
-        Precision::Amp => "amp",
-        Precision::Mixed => "mixed",
-        Precision::Bf16 => "bf16",
-        Precision::Fp8 => "fp8",
-    }
-}
-
-pub fn optimizer_name(o: Optimizer) -> &'static str {
-    match o {
-        Optimizer::AdamW => "adamw",
-        Optimizer::Adam8bit => "adam8bit",
-        Optimizer::Sgd => "sgd",
-        Optimizer::SgdMomentum => "sgd-momentum",
-        Optimizer::Adafactor => "adafactor",
-        Optimizer::Galore { .. } => "galore",
-    }
-}
-
-pub fn checkpointing_name(c: Checkpointing) -> &'static str {
-    match c {
-        Checkpointing::None => "none",
-        Checkpointing::Selective => "selective",
-        Checkpointing::Full => "full",
-    }
-}
-
-pub fn sharding_name(s: Sharding) -> String {
-    match s {
-        Sharding::None => "none".into(),
-        Sharding::Zero(stage) => format!("zero-{stage}"),
-        Sharding::Fsdp => "fsdp".into(),
-    }
-}
-
-pub fn offload_name(o: Offload) -> &'static str {
-    match o {
-        Offload::None => "none",
-        Offload::Optimizer => "optimizer",
-        Offload::Params => "params",
-    }
-}
-
-pub fn lora_targets_name(t: LoraTargets) -> &'static str {
-    match t {
-        LoraTargets::QueryValue => "qv",
-        LoraTargets::Attention => "attn",
-        LoraTargets::All => "all",
-    }
 }
 
 fn finetune_text(f: Finetune) -> String {
@@ -75,7 +22,7 @@ fn finetune_text(f: Finetune) -> String {
         } => format!(
             "{} rank {rank} on {} linears",
             if quantized { "QLoRA" } else { "LoRA" },
-            lora_targets_name(targets)
+            targets.name()
         ),
     }
 }
@@ -122,16 +69,16 @@ fn describe(job: &Job, params: u64) -> String {
         p.tp,
         p.pp,
         if p.sp { " + sequence parallel" } else { "" },
-        precision_name(job.precision),
-        optimizer_name(job.optimizer),
-        sharding_name(job.sharding),
-        offload_name(job.offload),
+        job.precision.name(),
+        job.optimizer.name(),
+        job.sharding.name(),
+        job.offload.name(),
         finetune_text(job.finetune),
         job.framework.name(),
         job.micro_batch,
         job.seq,
         job.grad_accum,
-        checkpointing_name(job.checkpointing),
+        job.checkpointing.name(),
         if job.flash { "on" } else { "off" },
     )
 }
@@ -350,10 +297,10 @@ pub fn json(plan: &Plan) -> String {
     let config = ConfigJson {
         model: job.model.name(),
         params: est.params,
-        precision: precision_name(job.precision),
-        optimizer: optimizer_name(job.optimizer),
-        sharding: sharding_name(job.sharding),
-        offload: offload_name(job.offload),
+        precision: job.precision.name(),
+        optimizer: job.optimizer.name(),
+        sharding: job.sharding.name(),
+        offload: job.offload.name(),
         dp: p.dp,
         tp: p.tp,
         pp: p.pp,
@@ -362,7 +309,7 @@ pub fn json(plan: &Plan) -> String {
         micro_batch: job.micro_batch,
         seq: job.seq,
         grad_accum: job.grad_accum,
-        checkpointing: checkpointing_name(job.checkpointing),
+        checkpointing: job.checkpointing.name(),
         flash: job.flash,
         finetune: finetune_text(job.finetune),
         framework: job.framework.name(),

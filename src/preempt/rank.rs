@@ -8,33 +8,9 @@
 //! Slurm priority (`--nice`). Volunteering (`--gpu-mem-preemptible`) is not a rank: it only moves
 //! a job earlier in line (see `victim`).
 
-use std::collections::BTreeMap;
 use std::fmt;
 
-/// What a configured rank is keyed by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum RankKind {
-    Qos,
-    Partition,
-    Account,
-}
-
-impl RankKind {
-    /// In the order they are consulted.
-    pub const ALL: [RankKind; 3] = [RankKind::Qos, RankKind::Partition, RankKind::Account];
-
-    /// The name in the config (`[preemption.ranks] qos = {...}`).
-    pub fn name(self) -> &'static str {
-        match self {
-            RankKind::Qos => "qos",
-            RankKind::Partition => "partition",
-            RankKind::Account => "account",
-        }
-    }
-}
-
-/// The admin's ranks: (kind, name) to rank. Jobs the map does not name have rank 0.
-pub type Ranks = BTreeMap<(RankKind, String), i32>;
+pub use crate::config::{RankKind, Ranks};
 
 /// What slurmctld says about the job (through `squeue`), the only inputs to its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -22,17 +22,16 @@ use super::{log, options};
 use crate::admission::{self, NodeVerdict};
 use crate::attribute::{same_process, signal};
 use crate::config;
+use crate::controller::{record_entry, AdminComment, ControlError, Controller, SlurmController};
 use crate::hints;
 use crate::job_env;
+use crate::launch::{self, spawn, Params};
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
 use crate::preempt::registry;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
 use crate::slurmctl::SlurmTools;
-use crate::watchdog::control::SlurmController;
-use crate::watchdog::shared_record::record_entry;
-use crate::watchdog::{gpu, params::Params, spawn, AdminComment, Controller};
 
 /// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
 const EXTERN_STEP: u32 = 0xffff_fffc;
@@ -351,7 +350,7 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
     match record_entry(&mut slurm, existing, &entry, false) {
         Ok(_) => {}
         // Cancelled, or out of time: the watchdog kept the record while the job ran.
-        Err(e) if e.contains(crate::slurmctl::JOB_FINISHED) => log::verbose(&format!(
+        Err(ControlError::JobGone(_)) => log::verbose(&format!(
             "job {job}: the job has ended before its batch script: its record is the one kept while it ran"
         )),
         Err(e) => log::error(&format!(
@@ -444,7 +443,7 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
         .iter()
         .filter_map(|name| spank.getenv(name).ok().flatten())
         .find(|value| !value.is_empty() && value != "NoDevFiles")?;
-    Some(gpu::parse_gpu_list(&value).unwrap_or_default())
+    Some(launch::parse_gpu_list(&value).unwrap_or_default())
 }
 
 /// Who runs the job. The user from the job's uid (slurmstepd's, from the job credential). Account,

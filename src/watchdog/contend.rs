@@ -9,25 +9,17 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::control::SlurmController;
 use super::gpu::GpuSample;
-use super::{AdminComment, Controller, Reporter};
+use super::shared_record::{count_action, record_first, Recorded};
+use super::{unix_now, Reporter};
 use crate::attribute::{self, ProcessIdentity};
 use crate::config::Action;
+use crate::controller::{AdminComment, ControlError, Controller, SlurmController};
 use crate::preempt::registry::{DeadClaim, Entry, GpuRef, Registry};
 use crate::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
 use crate::record::{self, EventKind};
 use crate::size::ByteSize;
-use crate::slurmctl::SlurmTools;
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
 
 /// What the watchdog knows of its job for the registry.
 pub struct JobFacts {
@@ -216,11 +208,13 @@ impl Contender {
         };
         match record_and_act(control, run, action, why, report) {
             Ok(()) => {
-                report.warning(&format!("preempted: {why}; {}", super::action_name(action)));
+                report.warning(&format!("preempted: {why}; {}", action.name()));
                 true
             }
             Err(e) => {
                 report.error(&format!("preemption failed: {e}"));
+                // A job slurmctld says is gone has nothing left to preempt.
+                self.done = e.job_gone();
                 false
             }
         }
@@ -252,14 +246,7 @@ impl Contender {
             let _ = self.registry.withdraw_claim(victim.job_id, self.job_id);
             return;
         }
-        let mut tools = SlurmTools::find();
-        if let Ok(conf) = std::env::var("SLURM_CONF") {
-            tools = tools.with_slurm_conf(&conf);
-        }
-        let mut control = SlurmController {
-            job_id: victim.job_id,
-            tools,
-        };
+        let mut control = SlurmController::from_env(victim.job_id);
         let why = format!("{why} (acting for job {}, whose watchdog is gone)", victim.job_id);
         // What the dead watchdog last recorded of the run (its record file outlives it).
         let so_far = std::fs::read_to_string(
@@ -300,15 +287,16 @@ struct RunRecord<'a> {
 }
 
 /// Records the preemption in the job's AdminComment (first: it must survive the requeue and tells
-/// the next run `preempted`, with the run's peaks), then requeues (or holds) the job. An
-/// AdminComment that cannot be read is left as it is: the preemption goes ahead unrecorded.
+/// the next run `preempted`, with the run's peaks; see [`record_first`]), then requeues (or holds)
+/// the job. An AdminComment that cannot be read is left as it is: the preemption goes ahead
+/// unrecorded.
 fn record_and_act(
     control: &mut dyn Controller,
     run: RunRecord,
     action: Action,
     why: &str,
     report: &mut dyn Reporter,
-) -> Result<(), String> {
+) -> Result<(), ControlError> {
     let job = control.job()?;
     let mut entry = run.so_far.filter(|e| e.run == job.restarts).unwrap_or_else(|| {
         record::Entry::new(
@@ -317,28 +305,15 @@ fn record_and_act(
             ByteSize::from_bytes(run.quota.unwrap_or(0)),
         )
     });
-    let at = unix_now();
-    entry.count_event(EventKind::Preempted, at);
-    entry.count_event(
-        if action == Action::RequeueHold {
-            EventKind::Held
-        } else {
-            EventKind::Requeued
-        },
-        at,
-    );
-    if action == Action::Requeue {
-        entry.facts.restarts = entry.facts.restarts.saturating_add(1);
-    }
-    match control.admin_comment()? {
-        AdminComment::Read(existing) => {
-            super::shared_record::record_entry(control, &existing, &entry, job.node_count > 1)
-                .map_err(|e| format!("{e} (while recording: {why})"))?;
-        }
-        AdminComment::Unreadable(unreadable) => report.warning(&format!(
+    count_action(&mut entry, EventKind::Preempted, action, unix_now());
+    let comment = control.admin_comment()?;
+    let recorded = record_first(control, &comment, &entry, job.node_count > 1)
+        .map_err(|e| e.noting(&format!(" (while recording: {why})")))?;
+    if let (Recorded::Unreadable, AdminComment::Unreadable(unreadable)) = (recorded, &comment) {
+        report.warning(&format!(
             "the job's AdminComment cannot be read ({unreadable}): preempting without recording it, \
              the AdminComment left as it is"
-        )),
+        ));
     }
     control.perform(action)
 }

@@ -1,58 +1,11 @@
-//! The real edges of the watchdog: Slurm through `slurmctl`, process ownership through `attribute`.
+//! The real edge of the watchdog for process ownership, through `attribute` (its edge to Slurm is
+//! `crate::controller::SlurmController`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::{AdminComment, Attributor, Controller, JobState};
+use super::Attributor;
 use crate::attribute::{self, Owner};
-use crate::config::Action;
-use crate::slurmctl::{CtlError, SlurmTools};
-
-/// The job's record and actions through scontrol/scancel (absolute paths, argv, timeouts, retries).
-pub struct SlurmController {
-    pub job_id: u32,
-    pub tools: SlurmTools,
-}
-
-impl Controller for SlurmController {
-    fn job(&mut self) -> Result<JobState, String> {
-        let info = self.tools.job(self.job_id).map_err(|e| e.to_string())?;
-        Ok(JobState {
-            state: info.job_state.as_str().to_string(),
-            restarts: info.restarts,
-            requeueable: info.is_requeueable(),
-            qos: info.qos,
-            partition: info.partition,
-            account: info.account,
-            priority: info.priority,
-            node_count: info.node_count,
-        })
-    }
-
-    fn admin_comment(&mut self) -> Result<AdminComment, String> {
-        match self.tools.admin_comment(self.job_id) {
-            Ok(text) => Ok(AdminComment::Read(text)),
-            Err(CtlError::Garbage { message, .. }) => Ok(AdminComment::Unreadable(message)),
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
-        self.tools
-            .set_admin_comment(self.job_id, text)
-            .map_err(|e| e.to_string())
-    }
-
-    fn perform(&mut self, action: Action) -> Result<(), String> {
-        let done = match action {
-            Action::Requeue => self.tools.requeue(self.job_id),
-            Action::RequeueHold => self.tools.requeue_hold(self.job_id),
-            Action::Cancel => self.tools.cancel(self.job_id),
-            Action::WarnOnly => return Ok(()),
-        };
-        done.map_err(|e| e.to_string())
-    }
-}
 
 /// Which NVML pids count against the job: [`attribute::counts_for_job`] over the facts
 /// [`attribute::owner_of`] found (the rule is in `attribute`'s module docs):

@@ -12,20 +12,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::contend::{Contender, JobFacts};
-use super::control::{ProcAttributor, SlurmController};
+use super::control::ProcAttributor;
 use super::gpu::{GpuSource, NvmlSource, Recording};
 use super::log::Log;
-use super::params::Params;
 use super::status::Status;
-use super::{backoff, Controller, Flow, Reporter, Watchdog};
-use crate::attribute;
+use super::{backoff, Flow, Reporter, Watchdog};
+use crate::attribute::{self, ProcessIdentity};
 use crate::config;
+use crate::controller::{ControlError, Controller, JobState, SlurmController};
+use crate::launch::Params;
 use crate::preempt::registry::GpuRef;
 use crate::preempt::JobPriority;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::{CtlError, JobRecord, SlurmTools};
+use crate::slurmctl::{CtlError, JobRecord};
 use crate::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -156,251 +157,388 @@ impl Reporter for LogReporter {
     }
 }
 
-/// Whether slurmctld's view says this run of the job is still going on this node.
-fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, String> {
-    let job = control.job()?;
-    let running = matches!(job.state.as_str(), "RUNNING" | "SUSPENDED" | "CONFIGURING");
-    Ok(running && run.is_none_or(|r| r == job.restarts))
+/// Whether slurmctld's view says this run of the job is still going on this node. A job slurmctld
+/// says is gone is not; `Err`: slurmctld gave no usable answer (or refused), ask again later.
+fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool, ControlError> {
+    let job = match control.job() {
+        Ok(job) => job,
+        Err(e) if e.job_gone() => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    Ok(job.is_running() && run.is_none_or(|r| r == job.restarts))
 }
 
+/// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
+/// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
+/// sample, decide, act, record and write the metrics; then leave, removing what it made.
 pub fn run(params: Params) -> ExitCode {
-    let policy = match config::load(&params.config) {
-        Ok(config) => config,
-        Err(e) => {
-            let mut log = Log::open(params.job_id, PathBuf::from(config::limits::STATE_DIR));
-            log.error(&format!("the policy is unusable ({e}): no watchdog for this job"));
-            return ExitCode::FAILURE;
-        }
+    let mut daemon = match Daemon::start(params) {
+        Ok(daemon) => daemon,
+        Err(code) => return code,
     };
-    let settings = policy.enforcement.clone();
-    let mut log = Log::open(params.job_id, settings.state_dir.clone());
-    let dir = match runtime::create_job_dir(&settings.runtime_dir, params.job_id) {
+    daemon.watch();
+    daemon.leave();
+    ExitCode::SUCCESS
+}
+
+const PROC_ROOT: &str = "/proc";
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// A started watchdog: its job's lock held, its edges open.
+struct Daemon {
+    params: Params,
+    settings: config::Enforcement,
+    /// The job's runtime directory (status, record, pid and lock files).
+    dir: PathBuf,
+    /// Held while the watchdog runs: a second watchdog for the job exits at once.
+    _lock: std::fs::File,
+    user: String,
+    control: SlurmController,
+    reporter: LogReporter,
+    metrics: Metrics,
+    /// `None`: NVML never loaded (the job ended first, or the watchdog was stopped).
+    gpus: Option<NvmlSource>,
+    watchdog: Watchdog,
+    attributor: ProcAttributor,
+    /// `None`: preemption is off, or this job takes no part in it.
+    contender: Option<Contender>,
+}
+
+impl Daemon {
+    fn start(params: Params) -> Result<Daemon, ExitCode> {
+        let policy = load_policy(&params)?;
+        let settings = policy.enforcement.clone();
+        let mut log = Log::open(params.job_id, settings.state_dir.clone());
+        let (dir, lock) = take_job_lock(&settings, params.job_id, &mut log)?;
+        install_signal_handlers();
+        let me = write_pid_file(&dir, &mut log);
+        sweep_leftovers(&policy, &mut log);
+        let mut control = SlurmController::from_env(params.job_id);
+        let node = hostname();
+        let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
+        let metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
+
+        // The job's facts from slurmctld. Those the plugin passed on came partly from the job's
+        // environment, which the user's own srun builds: the GPUs and the identity the quota was
+        // capped for are taken from slurmctld.
+        let job = control.job();
+        if let Err(e) = &job {
+            log.error(&format!("cannot read the job from slurmctld: {e}"));
+        }
+        let allocation = control.tools.job_record(params.job_id);
+        let gpus = gpus_on_node(&allocation, &node, &params.gpus, &mut log);
+
+        let mut reporter = LogReporter {
+            log,
+            dir: dir.clone(),
+            status_reader: params.uid,
+            last_status: None,
+            last_written: None,
+        };
+        let source = open_nvml(&settings, &gpus, &mut control, &mut reporter);
+        let quota = match (&allocation, &source) {
+            (Ok(record), Some(source)) => {
+                within_cap(&policy, params.quota, record, &user, source, &mut reporter)
+            }
+            _ => params.quota,
+        };
+        let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
+            .with_prediction(policy.prediction.clone());
+        if let Ok(job) = &job {
+            watchdog.set_run(job.restarts);
+            watchdog.set_node_count(job.node_count);
+        }
+        reporter.info(&format!(
+            "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
+            gpus.join(","),
+            quota
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "none (recording only)".into()),
+            settings.interval,
+            settings.warn_threshold * 100.0,
+            settings.grace,
+            settings.action.name(),
+        ));
+        let attributor = ProcAttributor::new(
+            params.job_id,
+            params.uid,
+            PathBuf::from(PROC_ROOT),
+            PathBuf::from(CGROUP_ROOT),
+        );
+        let contender = match (&source, &job, me) {
+            (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
+                let registry = Registration {
+                    node: &node,
+                    user: &user,
+                    quota,
+                    job,
+                    me,
+                };
+                join_registry(&policy, &params, registry, source, &mut control, &mut reporter)
+            }
+            _ => None,
+        };
+        Ok(Daemon {
+            params,
+            settings,
+            dir,
+            _lock: lock,
+            user,
+            control,
+            reporter,
+            metrics,
+            gpus: source,
+            watchdog,
+            attributor,
+            contender,
+        })
+    }
+
+    /// Each interval: sample, decide and act ([`Watchdog::tick`]), take part in preemption, keep
+    /// the record and the metrics, check the job with slurmctld; until the job is done here or the
+    /// watchdog is asked to stop.
+    fn watch(&mut self) {
+        let Some(mut gpus) = self.gpus.take() else {
+            return;
+        };
+        let mut last_check = Instant::now();
+        let mut last_record: Option<String> = None;
+        let mut jitter = Jitter::seeded();
+        while !STOP.load(Ordering::SeqCst) {
+            let mut recording = Recording {
+                inner: &mut gpus,
+                last: Vec::new(),
+            };
+            let watchdog = &mut self.watchdog;
+            let flow = watchdog.tick(
+                Instant::now(),
+                &mut recording,
+                &mut self.attributor,
+                &mut self.control,
+                &mut self.reporter,
+            );
+            if flow == Flow::Stop {
+                break;
+            }
+            if let Some(contender) = self.contender.as_mut() {
+                if !watchdog.has_acted()
+                    && contender.tick(
+                        &recording.last,
+                        watchdog.entry(),
+                        &mut self.control,
+                        &mut self.reporter,
+                    )
+                {
+                    watchdog.mark_preempted();
+                }
+            }
+            self.record(&mut last_record);
+            if let Some((signal, pids)) = self.watchdog.take_signal() {
+                let job = (self.params.job_id, self.params.uid);
+                signal_job(
+                    Path::new(PROC_ROOT),
+                    Path::new(CGROUP_ROOT),
+                    job,
+                    signal,
+                    &pids,
+                    &mut self.reporter,
+                );
+            }
+            let check_every = if self.watchdog.has_acted() {
+                self.settings.interval
+            } else {
+                Duration::from_secs(30)
+            };
+            if last_check.elapsed() >= check_every {
+                last_check = Instant::now();
+                match still_running(&mut self.control, self.watchdog.run()) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => self
+                        .reporter
+                        .warning(&format!("cannot check the job with slurmctld: {e}")),
+                }
+            }
+            if sleep_or_stop(jitter.around(self.settings.interval)) {
+                break;
+            }
+        }
+        self.gpus = Some(gpus);
+    }
+
+    /// Keeps the record (in the AdminComment, and in the job's runtime directory for the plugin's
+    /// final write) and the metrics current.
+    fn record(&mut self, last_record: &mut Option<String>) {
+        let watchdog = &mut self.watchdog;
+        watchdog.keep_record_current(Instant::now(), &mut self.control, &mut self.reporter);
+        self.metrics
+            .write(&watchdog.metrics(&self.user), &mut self.reporter);
+        if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
+            let access = textfile::Access::ROOT_ONLY;
+            if let Err(e) = textfile::write_atomically_as(&self.dir, runtime::RECORD_FILE, &text, access) {
+                self.reporter
+                    .error(&format!("cannot keep the record in {}: {e}", self.dir.display()));
+            }
+            *last_record = Some(text);
+        }
+    }
+
+    /// Logs the peaks, and removes what the watchdog made: the metrics file, the registry entry,
+    /// the job's runtime directory.
+    fn leave(mut self) {
+        let peaks: Vec<String> = self
+            .watchdog
+            .usage()
+            .iter()
+            .map(|(i, u)| format!("GPU {i} peak {}", ByteSize::from_bytes(u.peak).floor_mib()))
+            .collect();
+        self.reporter.info(&format!(
+            "stopping: {}",
+            if peaks.is_empty() {
+                "no GPU memory seen".into()
+            } else {
+                peaks.join(", ")
+            }
+        ));
+        self.metrics.remove(&mut self.reporter);
+        if let Some(contender) = &self.contender {
+            contender.leave();
+        }
+        if let Err(e) = runtime::remove_job_dir(&self.settings.runtime_dir, self.params.job_id) {
+            self.reporter
+                .error(&format!("cannot remove {}: {e}", self.dir.display()));
+        }
+    }
+}
+
+/// The admin's policy; without a usable one there is no watchdog (logged where the default state
+/// directory says).
+fn load_policy(params: &Params) -> Result<config::Config, ExitCode> {
+    config::load(&params.config).map_err(|e| {
+        let mut log = Log::open(params.job_id, PathBuf::from(config::limits::STATE_DIR));
+        log.error(&format!("the policy is unusable ({e}): no watchdog for this job"));
+        ExitCode::FAILURE
+    })
+}
+
+/// Creates the job's runtime directory and takes its lock. `Err(SUCCESS)`: another watchdog
+/// already has it.
+fn take_job_lock(
+    settings: &config::Enforcement,
+    job_id: u32,
+    log: &mut Log,
+) -> Result<(PathBuf, std::fs::File), ExitCode> {
+    let dir = match runtime::create_job_dir(&settings.runtime_dir, job_id) {
         Ok(dir) => dir,
         Err(e) => {
             log.error(&format!(
                 "cannot create the job's runtime directory {}: {e}; the job runs unwatched",
-                runtime::job_dir(&settings.runtime_dir, params.job_id).display()
+                runtime::job_dir(&settings.runtime_dir, job_id).display()
             ));
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
-    let _lock = match runtime::try_lock(&dir) {
-        Ok(Some(lock)) => lock,
+    match runtime::try_lock(&dir) {
+        Ok(Some(lock)) => Ok((dir, lock)),
         Ok(None) => {
             // Two steps of the job started at once and both started a watchdog: the other won.
             log.info("another watchdog already watches this job on this node: this one exits");
-            return ExitCode::SUCCESS;
+            Err(ExitCode::SUCCESS)
         }
         Err(e) => {
             log.error(&format!(
                 "cannot lock {}: {e}; the job runs unwatched",
                 dir.display()
             ));
-            return ExitCode::FAILURE;
+            Err(ExitCode::FAILURE)
         }
-    };
-    install_signal_handlers();
-    let proc_root = Path::new("/proc");
-    let cgroup_root = Path::new("/sys/fs/cgroup");
-    let me = attribute::identify(proc_root, std::process::id());
+    }
+}
+
+/// Records this process (pid and start time) for the plugin; returns who it is, when known.
+fn write_pid_file(dir: &Path, log: &mut Log) -> Option<ProcessIdentity> {
+    let me = attribute::identify(Path::new(PROC_ROOT), std::process::id());
     if let Err(e) = me
         .ok_or_else(|| std::io::Error::other("cannot read /proc/self/stat"))
-        .and_then(|me| runtime::write_pid_file(&dir, me))
+        .and_then(|me| runtime::write_pid_file(dir, me))
     {
         log.error(&format!("cannot write the pid file: {e}"));
     }
-    let (removed, errors) =
-        super::leftovers::sweep(&settings.runtime_dir, policy.metrics.textfile_dir.as_deref());
+    me
+}
+
+/// Removes what watchdogs of gone jobs left behind.
+fn sweep_leftovers(policy: &config::Config, log: &mut Log) {
+    let (removed, errors) = super::leftovers::sweep(
+        &policy.enforcement.runtime_dir,
+        policy.metrics.textfile_dir.as_deref(),
+    );
     for what in removed {
         log.info(&format!("removed the {what}"));
     }
     for e in errors {
         log.warning(&format!("sweeping what gone jobs left: {e}"));
     }
-    let mut tools = SlurmTools::find();
-    if let Ok(conf) = std::env::var("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
-    }
-    let mut control = SlurmController {
-        job_id: params.job_id,
-        tools,
-    };
-    let node = hostname();
-    let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
-    let mut metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
-    let job = control.job();
-    if let Err(e) = &job {
-        log.error(&format!("cannot read the job from slurmctld: {e}"));
-    }
-    // The facts the plugin passed on came partly from the job's environment, which the user's own
-    // srun builds: the GPUs and the identity the quota was capped for are taken from slurmctld.
-    let allocation = control.tools.job_record(params.job_id);
-    let gpus = gpus_on_node(&allocation, &node, &params.gpus, &mut log);
+}
 
-    let mut reporter = LogReporter {
-        log,
-        dir: dir.clone(),
-        status_reader: params.uid,
-        last_status: None,
-        last_written: None,
+/// What the job brings to the node registry.
+struct Registration<'a> {
+    node: &'a str,
+    user: &'a str,
+    quota: Option<ByteSize>,
+    job: &'a JobState,
+    me: ProcessIdentity,
+}
+
+/// Joins the node's preemption registry; `None` (logged): this job takes no part in preemption.
+fn join_registry(
+    policy: &config::Config,
+    params: &Params,
+    registration: Registration,
+    source: &NvmlSource,
+    control: &mut SlurmController,
+    report: &mut LogReporter,
+) -> Option<Contender> {
+    let job = registration.job;
+    let facts = JobFacts {
+        user: registration.user.to_string(),
+        quota: registration.quota.map(|q| q.bytes()),
+        priority: JobPriority {
+            qos: job.qos.clone(),
+            partition: job.partition.clone(),
+            account: job.account.clone(),
+            slurm_priority: job.priority,
+        },
+        preemptible: params.preemptible,
+        requeueable: job.requeueable,
+        preemptions: control
+            .admin_comment()
+            .ok()
+            .and_then(|comment| comment.record())
+            .map_or(0, |r| r.totals().events.get(crate::record::EventKind::Preempted)),
     };
-    let mut gpus_source = open_nvml(&settings, &gpus, &mut control, &mut reporter);
-    let quota = match (&allocation, &gpus_source) {
-        (Ok(record), Some(source)) => within_cap(&policy, params.quota, record, &user, source, &mut reporter),
-        _ => params.quota,
-    };
-    let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
-        .with_prediction(policy.prediction.clone());
-    if let Ok(job) = &job {
-        watchdog.set_run(job.restarts);
-        watchdog.set_node_count(job.node_count);
-    }
-    reporter.info(&format!(
-        "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
-        gpus.join(","),
-        quota
-            .map(|q| q.to_string())
-            .unwrap_or_else(|| "none (recording only)".into()),
-        settings.interval,
-        settings.warn_threshold * 100.0,
-        settings.grace,
-        super::action_name(settings.action),
-    ));
-    let gpus = &mut gpus_source;
-    let mut attributor = ProcAttributor::new(
-        params.job_id,
-        params.uid,
-        proc_root.to_path_buf(),
-        cgroup_root.to_path_buf(),
-    );
-    let mut contender = match (&*gpus, &job, me) {
-        (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
-            let facts = JobFacts {
-                user: user.clone(),
-                quota: quota.map(|q| q.bytes()),
-                priority: JobPriority {
-                    qos: job.qos.clone(),
-                    partition: job.partition.clone(),
-                    account: job.account.clone(),
-                    slurm_priority: job.priority,
-                },
-                preemptible: params.preemptible,
-                requeueable: job.requeueable,
-                preemptions: control
-                    .admin_comment()
-                    .ok()
-                    .and_then(|comment| comment.record())
-                    .map_or(0, |r| r.totals().events.get(crate::record::EventKind::Preempted)),
-            };
-            let gpu_refs = source
-                .listed()
-                .into_iter()
-                .map(|(index, uuid)| GpuRef { index, uuid })
-                .collect();
-            let settings = policy.preemption.clone();
-            match Contender::new(
-                params.job_id,
-                &node,
-                settings,
-                &policy.enforcement.runtime_dir,
-                facts,
-                gpu_refs,
-                me,
-            ) {
-                Ok(contender) => Some(contender),
-                Err(e) => {
-                    reporter.error(&format!(
-                        "cannot join the node registry ({e}): this job takes no part in preemption"
-                    ));
-                    None
-                }
-            }
-        }
-        _ => None,
-    };
-    let mut last_check = Instant::now();
-    let mut last_record: Option<String> = None;
-    let mut jitter = Jitter::seeded();
-    if let Some(gpus) = gpus.as_mut() {
-        while !STOP.load(Ordering::SeqCst) {
-            let mut recording = Recording {
-                inner: &mut *gpus,
-                last: Vec::new(),
-            };
-            if watchdog.tick(
-                Instant::now(),
-                &mut recording,
-                &mut attributor,
-                &mut control,
-                &mut reporter,
-            ) == Flow::Stop
-            {
-                break;
-            }
-            if let Some(contender) = contender.as_mut() {
-                if !watchdog.has_acted()
-                    && contender.tick(&recording.last, watchdog.entry(), &mut control, &mut reporter)
-                {
-                    watchdog.mark_preempted();
-                }
-            }
-            watchdog.keep_record_current(Instant::now(), &mut control, &mut reporter);
-            metrics.write(&watchdog.metrics(&user), &mut reporter);
-            if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
-                let access = textfile::Access::ROOT_ONLY;
-                if let Err(e) = textfile::write_atomically_as(&dir, runtime::RECORD_FILE, &text, access) {
-                    reporter.error(&format!("cannot keep the record in {}: {e}", dir.display()));
-                }
-                last_record = Some(text);
-            }
-            if let Some((signal, pids)) = watchdog.take_signal() {
-                let job = (params.job_id, params.uid);
-                signal_job(proc_root, cgroup_root, job, signal, &pids, &mut reporter);
-            }
-            let check_every = if watchdog.has_acted() {
-                settings.interval
-            } else {
-                Duration::from_secs(30)
-            };
-            if last_check.elapsed() >= check_every {
-                last_check = Instant::now();
-                match still_running(&mut control, watchdog.run()) {
-                    Ok(false) => break,
-                    Ok(true) => {}
-                    Err(e) => reporter.warning(&format!("cannot check the job with slurmctld: {e}")),
-                }
-            }
-            if sleep_or_stop(jitter.around(settings.interval)) {
-                break;
-            }
-        }
-    }
-    let peaks: Vec<String> = watchdog
-        .usage()
-        .iter()
-        .map(|(i, u)| {
-            format!(
-                "GPU {i} peak {}",
-                crate::size::ByteSize::from_bytes(u.peak).floor_mib()
-            )
-        })
+    let gpu_refs = source
+        .listed()
+        .into_iter()
+        .map(|(index, uuid)| GpuRef { index, uuid })
         .collect();
-    reporter.info(&format!(
-        "stopping: {}",
-        if peaks.is_empty() {
-            "no GPU memory seen".into()
-        } else {
-            peaks.join(", ")
+    match Contender::new(
+        params.job_id,
+        registration.node,
+        policy.preemption.clone(),
+        &policy.enforcement.runtime_dir,
+        facts,
+        gpu_refs,
+        registration.me,
+    ) {
+        Ok(contender) => Some(contender),
+        Err(e) => {
+            report.error(&format!(
+                "cannot join the node registry ({e}): this job takes no part in preemption"
+            ));
+            None
         }
-    ));
-    metrics.remove(&mut reporter);
-    if let Some(contender) = &contender {
-        contender.leave();
     }
-    if let Err(e) = runtime::remove_job_dir(&settings.runtime_dir, params.job_id) {
-        reporter.error(&format!("cannot remove {}: {e}", dir.display()));
-    }
-    ExitCode::SUCCESS
 }
 
 /// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end.

@@ -1,4 +1,4 @@
-//! The per-job watchdog: one process per job per node, started by the plugin (see `spawn`).
+//! The per-job watchdog: one process per job per node, started by the plugin (see `crate::launch`).
 //!
 //! Each interval: sample the job's GPUs (`gpu`), keep the processes that are provably the job's
 //! (`attribute`), track current/peak per GPU, feed the ladder (`ladder`), write the job's status
@@ -16,22 +16,21 @@ pub mod gpu;
 pub mod ladder;
 pub mod leftovers;
 pub mod log;
-pub mod params;
 pub mod shared_record;
-pub mod spawn;
 pub mod status;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Action, Enforcement, Prediction};
+use crate::controller::{AdminComment, ControlError, Controller, RECORD_ATTEMPTS};
 use crate::metrics::{GpuMetrics, JobMetrics};
 use crate::predict::{self, PredictParams, Sample};
 use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
 use ladder::{JobFacts, Ladder, Step};
-use shared_record::{record_entry, RECORD_ATTEMPTS};
+use shared_record::{count_action, record_first, Recorded};
 
 /// Which processes are the job's. `None`: the process is gone.
 pub trait Attributor {
@@ -42,56 +41,6 @@ pub trait Attributor {
     /// A new sample begins. `strict`: look at every process afresh (before acting), instead of
     /// trusting what the previous sample established for a process that is still listed.
     fn new_sample(&mut self, _strict: bool) {}
-}
-
-/// The job as slurmctld knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobState {
-    pub state: String,
-    pub restarts: u32,
-    pub requeueable: bool,
-    pub qos: String,
-    pub partition: String,
-    pub account: String,
-    pub priority: u32,
-    /// Nodes the job runs on: more than one, and this node's entry is recorded while it runs.
-    pub node_count: u32,
-}
-
-/// The job's AdminComment, where its record lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AdminComment {
-    /// Verbatim; empty when the job has none.
-    Read(String),
-    /// slurmctld answered, but the text cannot be told apart from user-written text imitating it
-    /// (see `slurmctl::parse_admin_comment`), or could not be written back whole: the job's history
-    /// is unknown. It is never written over (an admin's text and the job's history would go with
-    /// it), and never a reason not to enforce.
-    Unreadable(String),
-}
-
-impl AdminComment {
-    /// The text, when it could be read.
-    pub fn readable(&self) -> Option<&str> {
-        match self {
-            AdminComment::Read(text) => Some(text),
-            AdminComment::Unreadable(_) => None,
-        }
-    }
-
-    /// The job's record in it, if one can be read.
-    pub fn record(&self) -> Option<record::Record> {
-        record::parse(self.readable()?).ok().flatten()
-    }
-}
-
-/// The watchdog's only way to Slurm: read its job, write its record, act on it.
-pub trait Controller {
-    fn job(&mut self) -> Result<JobState, String>;
-    /// Err: slurmctld could not be asked (try again later).
-    fn admin_comment(&mut self) -> Result<AdminComment, String>;
-    fn set_admin_comment(&mut self, text: &str) -> Result<(), String>;
-    fn perform(&mut self, action: Action) -> Result<(), String>;
 }
 
 /// Where the watchdog reports.
@@ -112,6 +61,12 @@ pub struct GpuUsage {
     pub peak: u64,
     /// Processes of the job whose usage NVML could not tell.
     pub unavailable: u32,
+}
+
+/// Why an action did not happen now: the line to log, and slurmctld's failure under it.
+struct NotDone {
+    line: String,
+    cause: ControlError,
 }
 
 /// What the loop should do next.
@@ -152,7 +107,7 @@ pub struct Watchdog {
     record_failure_logged: bool,
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -400,8 +355,8 @@ impl Watchdog {
         } else {
             status::JobHealth::Ok
         };
-        match step {
-            Step::Nothing | Step::Over { .. } => {}
+        let flow = match step {
+            Step::Nothing | Step::Over { .. } => Flow::Continue,
             Step::Warn => {
                 if let Some(record) = &mut self.entry {
                     record.count_event(EventKind::Warn, unix_now());
@@ -415,6 +370,7 @@ impl Watchdog {
                         ladder::not_logged_note(not_logged)
                     ));
                 }
+                Flow::Continue
             }
             Step::Recovered => {
                 if let Some(not_logged) = self.ladder.lines.admit(ladder::Crossing::Recovered, now) {
@@ -424,14 +380,17 @@ impl Watchdog {
                         ladder::not_logged_note(not_logged)
                     ));
                 }
+                Flow::Continue
             }
             Step::Act => self.act(gpus, attributor, control, report, quota),
-        }
+        };
         report.status(&self.status(Some(quota)));
-        Flow::Continue
+        flow
     }
 
-    /// Over the quota past the grace period: confirm on a fresh sample, record, then act.
+    /// Over the quota past the grace period: confirm on a fresh sample, record, then act. What
+    /// slurmctld could not do now is logged and tried again a grace period later (the job keeps
+    /// running); a job slurmctld says is gone stops the watchdog.
     fn act(
         &mut self,
         gpus: &mut dyn GpuSource,
@@ -439,7 +398,7 @@ impl Watchdog {
         control: &mut dyn Controller,
         report: &mut dyn Reporter,
         quota: u64,
-    ) {
+    ) -> Flow {
         // Never act on a stale picture: processes may have exited or PIDs been reused since.
         attributor.new_sample(true);
         let confirmed = gpus
@@ -455,28 +414,41 @@ impl Watchdog {
         if confirmed <= quota {
             report.info("over the quota no more on a fresh sample: nothing done yet");
             self.ladder.unconfirmed();
-            return;
+            return Flow::Continue;
         }
-        let job = match control.job() {
-            Ok(job) => job,
-            Err(e) => {
-                report.error(&format!(
-                    "cannot read the job from slurmctld ({e}); will try again, the job keeps running"
+        match self.act_confirmed(confirmed, control, report, quota) {
+            Ok(()) => Flow::Continue,
+            Err(NotDone { cause, .. }) if cause.job_gone() => {
+                report.info(&format!(
+                    "the job is gone from slurmctld ({cause}): nothing to act on, the watchdog stops"
                 ));
-                self.ladder.retry_later();
-                return;
+                Flow::Stop
             }
-        };
-        let comment = match control.admin_comment() {
-            Ok(comment) => comment,
-            Err(e) => {
-                report.error(&format!(
-                    "cannot read the job's AdminComment ({e}); will try again, the job keeps running"
-                ));
+            Err(NotDone { line, .. }) => {
+                report.error(&line);
                 self.ladder.retry_later();
-                return;
+                Flow::Continue
             }
-        };
+        }
+    }
+
+    /// The overuse is confirmed (`confirmed` bytes on the worst GPU): read the job and its record,
+    /// choose the action, record it, carry it out.
+    fn act_confirmed(
+        &mut self,
+        confirmed: u64,
+        control: &mut dyn Controller,
+        report: &mut dyn Reporter,
+        quota: u64,
+    ) -> Result<(), NotDone> {
+        let job = control.job().map_err(|e| NotDone {
+            line: format!("cannot read the job from slurmctld ({e}); will try again, the job keeps running"),
+            cause: e,
+        })?;
+        let comment = control.admin_comment().map_err(|e| NotDone {
+            line: format!("cannot read the job's AdminComment ({e}); will try again, the job keeps running"),
+            cause: e,
+        })?;
         let requeues_by_us = match &comment {
             AdminComment::Read(_) => comment.record().map_or(0, |r| {
                 let events = r.totals().events;
@@ -512,49 +484,33 @@ impl Watchdog {
         if action == Action::WarnOnly {
             report.warning(&format!("{what}: warn-only, the job keeps running"));
             self.acted = Some(action);
-            return;
+            return Ok(());
         }
-        // The record goes first: it must survive the requeue (and tells the next run what happened).
-        // Text that cannot be read is not written over; the action goes ahead unrecorded.
         if let Some(record) = &mut self.entry {
-            let at = unix_now();
-            record.count_event(EventKind::OverQuota, at);
-            record.count_event(event_of(action), at);
-            if action == Action::Requeue {
-                record.facts.restarts = record.facts.restarts.saturating_add(1);
-            }
-        }
-        if let (Some(record), Some(existing)) = (&self.entry, comment.readable()) {
-            match record_entry(control, existing, record, job.node_count > 1) {
-                Ok(true) => {}
-                // Written, then replaced by other nodes' writes each time: act all the same (the
-                // writes worked; the next of ours carries the event again).
-                Ok(false) => report.warning(&format!(
-                    "{what}: the record was written but other writers replaced it {RECORD_ATTEMPTS} times"
-                )),
-                Err(e) => {
-                    report.error(&format!(
+            count_action(record, EventKind::OverQuota, action, unix_now());
+            let recorded =
+                record_first(control, &comment, record, job.node_count > 1).map_err(|e| NotDone {
+                    line: format!(
                         "{what}, but the record cannot be written ({e}): not acting blind; will try again"
-                    ));
-                    self.ladder.retry_later();
-                    return;
-                }
-            }
-        }
-        match control.perform(action) {
-            Ok(()) => {
-                report.warning(&format!("{what}: {}", action_done(action)));
-                self.acted = Some(action);
-                self.state = status::JobHealth::Acted;
-            }
-            Err(e) => {
-                report.error(&format!(
-                    "{what}, but {} failed: {e}; will try again",
-                    action_name(action)
+                    ),
+                    cause: e,
+                })?;
+            // Written, then replaced by other nodes' writes each time: act all the same (the
+            // writes worked; the next of ours carries the event again).
+            if recorded == Recorded::Lost {
+                report.warning(&format!(
+                    "{what}: the record was written but other writers replaced it {RECORD_ATTEMPTS} times"
                 ));
-                self.ladder.retry_later();
             }
         }
+        control.perform(action).map_err(|e| NotDone {
+            line: format!("{what}, but {} failed: {e}; will try again", action.name()),
+            cause: e,
+        })?;
+        report.warning(&format!("{what}: {}", action_done(action)));
+        self.acted = Some(action);
+        self.state = status::JobHealth::Acted;
+        Ok(())
     }
 
     /// The status the job can read.
@@ -576,7 +532,7 @@ impl Watchdog {
             health: Some(health),
             quota_bytes: quota,
             prediction: self.predicted,
-            action: self.acted.map(|a| action_name(a).to_string()),
+            action: self.acted.map(|a| a.name().to_string()),
             gpus: self
                 .usage
                 .iter()
@@ -613,24 +569,6 @@ impl Watchdog {
 
     pub fn run(&self) -> Option<u32> {
         self.run
-    }
-}
-
-fn event_of(action: Action) -> EventKind {
-    match action {
-        Action::Requeue => EventKind::Requeued,
-        Action::RequeueHold => EventKind::Held,
-        Action::Cancel => EventKind::Cancelled,
-        Action::WarnOnly => EventKind::Warn,
-    }
-}
-
-pub fn action_name(action: Action) -> &'static str {
-    match action {
-        Action::Requeue => "requeue",
-        Action::RequeueHold => "requeue-hold",
-        Action::Cancel => "cancel",
-        Action::WarnOnly => "warn-only",
     }
 }
 

@@ -1,47 +1,67 @@
 //! The record of a job that several writers share: a multi-node job's nodes all merge their
 //! entries into one AdminComment, which Slurm can only replace whole. See docs/ACCOUNTING.md,
-//! "Who writes, and when".
+//! "Who writes, and when". The merge itself is `crate::controller::record_entry`, which the plugin
+//! uses too; here is when the watchdog writes, and the rule that an action is recorded first.
 
 use std::time::{Duration, Instant};
 
-use super::{AdminComment, Controller, Reporter, Watchdog};
-use crate::record;
+use super::{Reporter, Watchdog};
+use crate::config::Action;
+use crate::controller::{record_entry, AdminComment, ControlError, Controller};
+use crate::record::{self, EventKind};
 
 /// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
 /// the job runs; and by how much (percent) its peak must have grown since the last time.
 pub const RECORD_EVERY: Duration = Duration::from_secs(60);
 pub const RECORD_GROWTH_PERCENT: u64 = 10;
 
-/// Writes after which a record that keeps losing to other writers is given up for now.
-pub const RECORD_ATTEMPTS: u32 = 3;
+/// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
+/// a requeue starts the next run.
+pub(crate) fn count_action(entry: &mut record::Entry, cause: EventKind, action: Action, at: u64) {
+    entry.count_event(cause, at);
+    entry.count_event(event_of(action), at);
+    if action == Action::Requeue {
+        entry.facts.restarts = entry.facts.restarts.saturating_add(1);
+    }
+}
 
-/// Merges `entry` into the job's AdminComment (`existing`, as read). For a job on more than one
-/// node (`shared`), whose other nodes write the same text, reads it back and writes again when
-/// another node's write, based on an older read, replaced ours (see docs/ACCOUNTING.md); a
-/// single-node job has no other writer while it runs, and its actions do not wait for the read.
-/// `Ok(false)`: still not there after [`RECORD_ATTEMPTS`]. Text that cannot be read back (a job
-/// name imitating an AdminComment: it was written afresh over it) counts as written.
-pub fn record_entry(
+fn event_of(action: Action) -> EventKind {
+    match action {
+        Action::Requeue => EventKind::Requeued,
+        Action::RequeueHold => EventKind::Held,
+        Action::Cancel => EventKind::Cancelled,
+        Action::WarnOnly => EventKind::Warn,
+    }
+}
+
+/// What recording an action before carrying it out came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recorded {
+    Written,
+    /// Written, then replaced by other writers each time (`crate::controller::RECORD_ATTEMPTS`).
+    Lost,
+    /// The AdminComment cannot be read: it is left as it is, the action goes unrecorded.
+    Unreadable,
+}
+
+/// The rule for every action the watchdog takes on a job (over its quota, or preempted): the
+/// record goes first, then the action. The record must survive the requeue, and tells the next run
+/// what happened. `entry`, its events counted ([`count_action`]), is merged into `comment` (the
+/// AdminComment as read); text that cannot be read is never written over, and the action goes
+/// ahead unrecorded. The caller acts (`Controller::perform`) once this returns `Ok`.
+pub(crate) fn record_first(
     control: &mut dyn Controller,
-    existing: &str,
+    comment: &AdminComment,
     entry: &record::Entry,
     shared: bool,
-) -> Result<bool, String> {
-    let mut existing = existing.to_string();
-    for _ in 0..RECORD_ATTEMPTS {
-        if !record::is_recorded(&existing, entry) {
-            control.set_admin_comment(&record::merge(&existing, entry).admin_comment)?;
-        }
-        if !shared {
-            return Ok(true);
-        }
-        match control.admin_comment()? {
-            AdminComment::Read(text) if record::is_recorded(&text, entry) => return Ok(true),
-            AdminComment::Read(text) => existing = text,
-            AdminComment::Unreadable(_) => return Ok(true),
-        }
-    }
-    Ok(false)
+) -> Result<Recorded, ControlError> {
+    let Some(existing) = comment.readable() else {
+        return Ok(Recorded::Unreadable);
+    };
+    Ok(match record_entry(control, existing, entry, shared)? {
+        true => Recorded::Written,
+        false => Recorded::Lost,
+    })
 }
 
 /// Whether an entry with `peak` is worth another AdminComment update, given the last one.
@@ -87,25 +107,28 @@ impl Watchdog {
             _ => return,
         };
         let peak = entry.peak();
-        let written = match control.admin_comment() {
-            Ok(AdminComment::Read(existing)) => record_entry(control, &existing, &entry, self.record_shared),
+        let written = control
+            .admin_comment()
+            .and_then(|comment| record_first(control, &comment, &entry, self.record_shared));
+        let failure = match written {
+            Ok(Recorded::Written) => {
+                self.record_written = Some((now, peak));
+                return;
+            }
+            Ok(Recorded::Lost) => return, // other nodes' writes won every time: again at the next sample
             // Left alone: text that cannot be read is never written over.
-            Ok(AdminComment::Unreadable(_)) => {
-                Err("the AdminComment cannot be read unambiguously".to_string())
-            }
-            Err(e) => Err(e),
+            Ok(Recorded::Unreadable) => "the AdminComment cannot be read unambiguously".to_string(),
+            // The job has ended: slurmctld takes no more updates, and the watchdog leaves at its
+            // next check of the job. Nothing worth a warning.
+            Err(e) if e.job_gone() => return,
+            Err(e) => e.to_string(),
         };
-        match written {
-            Ok(true) => self.record_written = Some((now, peak)),
-            Ok(false) => {} // other nodes' writes won every time: again at the next sample
-            Err(e) if !self.record_failure_logged => {
-                self.record_failure_logged = true;
-                report.warning(&format!(
-                    "cannot keep this node's record in the AdminComment while the job runs ({e}); \
-                     will try again"
-                ));
-            }
-            Err(_) => {}
+        if !self.record_failure_logged {
+            self.record_failure_logged = true;
+            report.warning(&format!(
+                "cannot keep this node's record in the AdminComment while the job runs ({failure}); \
+                 will try again"
+            ));
         }
     }
 }

@@ -3,8 +3,10 @@
 #![allow(dead_code)] // each user takes what it needs
 
 use gpu_mem_quota::config::Action;
+use gpu_mem_quota::controller::{AdminComment, ControlError, Controller, JobState};
+use gpu_mem_quota::slurmctl;
 use gpu_mem_quota::watchdog::status::Status;
-use gpu_mem_quota::watchdog::{AdminComment, Controller, JobState, Reporter};
+use gpu_mem_quota::watchdog::Reporter;
 
 /// A slurmctld with one running job; every write and action is listed in `calls`.
 #[derive(Default)]
@@ -16,6 +18,8 @@ pub struct FakeSlurm {
     pub node_count: u32,
     pub requeueable: bool,
     pub fail_job_reads: u32,
+    /// slurmctld no longer knows the job (every read of it says so).
+    pub job_gone: bool,
     pub fail_comment_writes: u32,
     /// Writes that another node's write replaces right after (a lost read-merge-write race).
     pub lost_comment_writes: u32,
@@ -23,13 +27,20 @@ pub struct FakeSlurm {
 }
 
 impl Controller for FakeSlurm {
-    fn job(&mut self) -> Result<JobState, String> {
+    fn job(&mut self) -> Result<JobState, ControlError> {
+        if self.job_gone {
+            return Err(ControlError::JobGone(
+                "`squeue --jobs=7` refused: Invalid job id specified".into(),
+            ));
+        }
         if self.fail_job_reads > 0 {
             self.fail_job_reads -= 1;
-            return Err("Unable to contact slurm controller".into());
+            return Err(ControlError::Unavailable(
+                "Unable to contact slurm controller".into(),
+            ));
         }
         Ok(JobState {
-            state: "RUNNING".into(),
+            state: slurmctl::JobState::Running,
             restarts: self.restarts,
             requeueable: self.requeueable,
             qos: "normal".into(),
@@ -40,17 +51,17 @@ impl Controller for FakeSlurm {
         })
     }
 
-    fn admin_comment(&mut self) -> Result<AdminComment, String> {
+    fn admin_comment(&mut self) -> Result<AdminComment, ControlError> {
         Ok(match &self.unreadable_comment {
             Some(why) => AdminComment::Unreadable(why.clone()),
             None => AdminComment::Read(self.admin_comment.clone()),
         })
     }
 
-    fn set_admin_comment(&mut self, text: &str) -> Result<(), String> {
+    fn set_admin_comment(&mut self, text: &str) -> Result<(), ControlError> {
         if self.fail_comment_writes > 0 {
             self.fail_comment_writes -= 1;
-            return Err("Socket timed out".into());
+            return Err(ControlError::Unavailable("Socket timed out".into()));
         }
         self.calls.push("comment".into());
         if self.lost_comment_writes > 0 {
@@ -61,9 +72,8 @@ impl Controller for FakeSlurm {
         Ok(())
     }
 
-    fn perform(&mut self, action: Action) -> Result<(), String> {
-        self.calls
-            .push(gpu_mem_quota::watchdog::action_name(action).to_string());
+    fn perform(&mut self, action: Action) -> Result<(), ControlError> {
+        self.calls.push(action.name().to_string());
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::cli::args::{self, Opt, Parsed};
+use crate::argv::{self as args, Opt, Parsed};
 use crate::size::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ impl Params {
                     .map_err(|_| format!("--quota-bytes: '{text}' is not a number"))?,
             )),
         };
-        let gpus = crate::watchdog::gpu::parse_gpu_list(p.value("gpus").unwrap_or(""))?;
+        let gpus = super::parse_gpu_list(p.value("gpus").unwrap_or(""))?;
         let config = PathBuf::from(p.value("config").ok_or("--config is required")?);
         if !config.is_absolute() {
             return Err("--config must be an absolute path".into());
