@@ -192,8 +192,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let out = dir.join("out");
         // `exec >`: dash keeps no saved copy of stdout, as it does for a command's redirection.
+        // The masks are grep's own, inherited through the shell: the shell itself blocks signals
+        // for a moment while it forks, so reading its status would race that.
         let script = format!(
-            "exec > {0}.tmp; ls /proc/$$/fd; grep -E '^Sig(Blk|Ign)' /proc/$$/status; \
+            "exec > {0}.tmp; ls /proc/$$/fd; grep -E '^Sig(Blk|Ign)' /proc/self/status; \
              cut -d' ' -f6 /proc/$$/stat; pwd; echo \"$GMQ_TEST\"; mv {0}.tmp {0}",
             out.display()
         );
