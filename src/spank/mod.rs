@@ -1,6 +1,6 @@
 //! The FFI edge: what Slurm's SPANK loader sees, and the only module that touches Slurm's pointers
 //! (the hooks' arguments, option values, `spank_get_item` results). Raw pointers and `unsafe`
-//! remain elsewhere only where no safe wrapper fits: `watchdog/spawn.rs` (the child after `fork`
+//! remain elsewhere only where no safe wrapper fits: `launch/spawn.rs` (the child after `fork`
 //! inside slurmstepd, raw libc on purpose), `trusted_dir.rs` (`*at` calls relative to a directory
 //! descriptor) and `attribute/identity.rs` (pidfd signalling); the other system calls go through
 //! std or nix.
