@@ -12,13 +12,13 @@ pub type Policy = Result<Config, Unusable>;
 
 /// Accepted on the submit host; `warning` is printed to the user (a broken, fail-open policy).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmitVerdict {
+pub(crate) struct SubmitVerdict {
     pub warning: Option<String>,
 }
 
 /// Checks a valid `--gpu-mem-quota` request against the caps that can be known on the submit host.
 /// `Err` is the refusal to print; nothing is submitted. The node checks again, authoritatively.
-pub fn on_submit(request: ByteSize, policy: &Policy, who: &Identity) -> Result<SubmitVerdict, String> {
+pub(crate) fn on_submit(request: ByteSize, policy: &Policy, who: &Identity) -> Result<SubmitVerdict, String> {
     let config = match policy {
         Ok(config) => config,
         Err(unusable) => {
@@ -141,7 +141,7 @@ pub fn on_node(
 
 /// Whether the policy has rules whose choice depends on the job's account, partition or QOS: then
 /// the node must know them (from slurmctld) to decide.
-pub fn depends_on_identity(config: &Config) -> bool {
+pub(crate) fn depends_on_identity(config: &Config) -> bool {
     [RuleKind::Account, RuleKind::Partition, RuleKind::Qos]
         .into_iter()
         .any(|kind| config.rules(kind).is_some_and(|rules| !rules.is_empty()))

@@ -8,7 +8,7 @@
 use std::fmt;
 
 /// `--gpu-mem-batch=MICRO[xACCUM]`.
-pub const BATCH_OPTION: &str = "gpu-mem-batch";
+pub(crate) const BATCH_OPTION: &str = "gpu-mem-batch";
 
 /// The largest micro-batch or accumulation count accepted. Real jobs use a few hundred at most;
 /// anything larger is a typo, and the bound keeps `micro × accum` far inside `u64`.

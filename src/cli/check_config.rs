@@ -45,7 +45,7 @@ struct Job {
     gpu_size: Option<ByteSize>,
 }
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "check-config",
     // Every option with a value describes the job to explain.
     options: &[

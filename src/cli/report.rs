@@ -35,7 +35,7 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("json"),
 ];
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "report",
     options: OPTIONS,
     max_positional: 0,

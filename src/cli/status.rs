@@ -23,7 +23,7 @@ status files under the policy's runtime_dir; users see their own jobs, root sees
   -h, --help     this help
 ";
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "status",
     options: &[Opt::value("config"), Opt::flag("json")],
     max_positional: 0,

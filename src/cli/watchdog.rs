@@ -16,7 +16,7 @@ The SPANK plugin starts it (as root, detached, with a clean environment) and sto
 ends on the node; it is not meant to be run by hand except to debug.
 ";
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "watchdog",
     options: Params::OPTIONS,
     max_positional: 0,

@@ -11,14 +11,14 @@ use serde::Deserialize;
 use toml::Spanned;
 
 /// A value as written, with its place in the file.
-pub type Leaf = Option<Spanned<toml::Value>>;
+pub(crate) type Leaf = Option<Spanned<toml::Value>>;
 
 /// Named rules of one kind (`[account.physics]`, `[account.chemistry]`), names with their place.
-pub type Rules = BTreeMap<Spanned<String>, RawRule>;
+pub(crate) type Rules = BTreeMap<Spanned<String>, RawRule>;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the policy's tables")]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     #[serde(default)]
     pub defaults: RawDefaults,
     #[serde(default)]
@@ -45,7 +45,7 @@ pub struct RawConfig {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with default, max, gpu_memory")]
-pub struct RawDefaults {
+pub(crate) struct RawDefaults {
     pub default: Leaf,
     pub max: Leaf,
     pub gpu_memory: Leaf,
@@ -53,14 +53,14 @@ pub struct RawDefaults {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with default, max")]
-pub struct RawRule {
+pub(crate) struct RawRule {
     pub default: Leaf,
     pub max: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table of enforcement settings")]
-pub struct RawEnforcement {
+pub(crate) struct RawEnforcement {
     pub interval: Leaf,
     pub warn_threshold: Leaf,
     pub grace: Leaf,
@@ -80,7 +80,7 @@ pub struct RawEnforcement {
     deny_unknown_fields,
     expecting = "a table with pytorch, pytorch_memory_fraction, jax, tensorflow, mps, context_reserve"
 )]
-pub struct RawFrameworks {
+pub(crate) struct RawFrameworks {
     pub pytorch: Leaf,
     pub pytorch_memory_fraction: Leaf,
     pub jax: Leaf,
@@ -94,7 +94,7 @@ pub struct RawFrameworks {
     deny_unknown_fields,
     expecting = "a table with near_margin, safety_margin, fixed_memory"
 )]
-pub struct RawHints {
+pub(crate) struct RawHints {
     pub near_margin: Leaf,
     pub safety_margin: Leaf,
     pub fixed_memory: Leaf,
@@ -102,7 +102,7 @@ pub struct RawHints {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with enabled, horizon, signal")]
-pub struct RawPrediction {
+pub(crate) struct RawPrediction {
     pub enabled: Leaf,
     pub horizon: Leaf,
     pub signal: Leaf,
@@ -110,7 +110,7 @@ pub struct RawPrediction {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with textfile_dir")]
-pub struct RawMetrics {
+pub(crate) struct RawMetrics {
     pub textfile_dir: Leaf,
 }
 
@@ -119,7 +119,7 @@ pub struct RawMetrics {
     deny_unknown_fields,
     expecting = "a table with enabled, reserve, horizon, cooldown, max_preemptions_per_job, after_max, heartbeat_timeout, ranks"
 )]
-pub struct RawPreemption {
+pub(crate) struct RawPreemption {
     pub enabled: Leaf,
     pub reserve: Leaf,
     pub horizon: Leaf,
@@ -133,12 +133,12 @@ pub struct RawPreemption {
 
 /// Names to ranks (`{ scavenger = -10, production = 100 }`), each with its place. A value of the
 /// wrong type is checked in `validate`; a `qos = 5` (not a table) is a shape error here.
-pub type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+pub(crate) type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
 /// `[preemption.ranks]`: only the three kinds a rank can be keyed by (`super::RankKind`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with qos, partition, account")]
-pub struct RawRanks {
+pub(crate) struct RawRanks {
     #[serde(default)]
     pub qos: RankTable,
     #[serde(default)]

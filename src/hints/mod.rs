@@ -9,29 +9,28 @@ pub mod framework;
 pub mod previous;
 pub mod restart;
 
-pub use framework::{framework_vars, memory_fraction, CapInputs, FrameworkSwitches};
+pub use framework::{framework_vars, CapInputs};
 pub use previous::previous_run;
-pub use restart::{
-    batch_scale, hint_vars, restart_event, restart_hints, BatchAdvice, HintInputs, LastEvent, PreviousRun,
-    RestartHints, HINT_VARS,
-};
+// All but batch_scale are the plugin's: unused without the `spank` feature.
+#[cfg_attr(not(feature = "spank"), allow(unused_imports))]
+pub(crate) use restart::{batch_scale, hint_vars, restart_event, restart_hints, HintInputs, HINT_VARS};
 
 use std::fmt;
 
 /// A non-negative fraction rounded DOWN to two decimals, kept as whole hundredths so that what a
 /// job reads (`0.56`) is exactly what the plugin computed with: no float formatting surprises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Hundredths(u32);
+pub(crate) struct Hundredths(u32);
 
 impl Hundredths {
-    pub const ONE: Hundredths = Hundredths(100);
+    pub(crate) const ONE: Hundredths = Hundredths(100);
 
     pub const fn new(hundredths: u32) -> Hundredths {
         Hundredths(hundredths)
     }
 
     /// ⌊100 × numerator / denominator⌋; `None` when the denominator is zero.
-    pub fn floor_ratio(numerator: u64, denominator: u64) -> Option<Hundredths> {
+    pub(crate) fn floor_ratio(numerator: u64, denominator: u64) -> Option<Hundredths> {
         if denominator == 0 {
             return None;
         }
@@ -44,7 +43,7 @@ impl Hundredths {
     }
 
     /// ⌊n × self⌋ for a count such as a micro-batch.
-    pub const fn floor_times(self, n: u64) -> u64 {
+    pub(crate) const fn floor_times(self, n: u64) -> u64 {
         (n as u128 * self.0 as u128 / 100) as u64
     }
 }

@@ -45,7 +45,7 @@ impl EventKind {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<EventKind> {
+    pub(crate) fn from_name(name: &str) -> Option<EventKind> {
         EventKind::ALL.into_iter().find(|kind| kind.name() == name)
     }
 

@@ -23,15 +23,16 @@ mod merge;
 mod text;
 
 pub use error::RecordError;
-pub use event::{EventCounts, EventKind, LastEvent};
-pub use merge::{is_recorded, merge, Merged};
+pub(crate) use event::LastEvent;
+pub use event::{EventCounts, EventKind};
+pub use merge::{is_recorded, merge};
 pub use text::{parse, render};
 
 use crate::size::ByteSize;
 
 /// The version this code writes and reads. Older versions are replaced by [`merge`]; newer ones
 /// are left alone as if they were another tool's text.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 /// What every segment starts with, followed by the version and `{`.
 pub const MARKER: &str = "gpu-mem-quota:v";
@@ -237,7 +238,7 @@ impl Record {
 
 /// A short id for a GPU from its NVML UUID: the first 8 hex digits after the `GPU-` or `MIG-`
 /// prefix (`GPU-1a2b3c4d-...` → `1a2b3c4d`). Enough to tell a node's GPUs apart in a record.
-pub fn short_gpu_id(uuid: &str) -> String {
+pub(crate) fn short_gpu_id(uuid: &str) -> String {
     let rest = uuid
         .strip_prefix("GPU-")
         .or_else(|| uuid.strip_prefix("MIG-"))

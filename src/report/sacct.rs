@@ -11,7 +11,7 @@
 use std::fmt;
 
 /// The fields we ask for, in this order; the AdminComment must stay last (see the module doc).
-pub const FIELDS: [&str; 9] = [
+pub(crate) const FIELDS: [&str; 9] = [
     "JobIDRaw",
     "JobID",
     "User",
@@ -27,7 +27,7 @@ pub const FIELDS: [&str; 9] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SacctRow {
     /// The job's own id: an array task's id, not its array's (`JobIDRaw`).
-    pub job_id_raw: String,
+    pub(crate) job_id_raw: String,
     /// The id as users know it: `12`, `12_3` (array task), `12+1` (het component), `12.batch` (step).
     pub job_id: String,
     pub user: String,

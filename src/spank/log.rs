@@ -22,7 +22,7 @@ pub fn error(message: &str) {
     unsafe { sys::slurm_error(c"%s".as_ptr(), line(message).as_ptr()) }
 }
 
-pub fn verbose(message: &str) {
+pub(crate) fn verbose(message: &str) {
     // SAFETY: as in `info`.
     unsafe { sys::slurm_verbose(c"%s".as_ptr(), line(message).as_ptr()) }
 }

@@ -7,20 +7,20 @@ use std::sync::Mutex;
 use super::{exports::guard, sys};
 use crate::request;
 
-pub struct SpankOption {
+pub(crate) struct SpankOption {
     pub name: &'static CStr,
-    pub arginfo: &'static CStr,
+    pub(crate) arginfo: &'static CStr,
     pub usage: &'static CStr,
     /// Whether the option takes a value (`--opt=VALUE`) or is a flag.
-    pub has_arg: bool,
+    pub(crate) has_arg: bool,
     /// The value Slurm hands back to the callback, to tell options apart.
-    pub val: c_int,
+    pub(crate) val: c_int,
     /// Checks a value on the submit host; the message names the option and the value.
     pub validate: fn(&str) -> Result<(), String>,
 }
 
 impl SpankOption {
-    pub fn to_raw(&self) -> sys::spank_option {
+    pub(crate) fn to_raw(&self) -> sys::spank_option {
         sys::spank_option {
             name: self.name.as_ptr() as *mut c_char,
             arginfo: if self.has_arg {
@@ -46,7 +46,7 @@ pub const QUOTA: SpankOption = SpankOption {
     validate: |value| request::parse_quota_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
-pub const BATCH: SpankOption = SpankOption {
+pub(crate) const BATCH: SpankOption = SpankOption {
     name: c"gpu-mem-batch",
     arginfo: c"MICRO[xACCUM]",
     usage: c"The job's batch geometry (e.g. 8x8: micro-batch 8, gradient accumulation 8). After a requeue for GPU \
@@ -56,7 +56,7 @@ pub const BATCH: SpankOption = SpankOption {
     validate: |value| crate::batch::parse_batch_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
-pub const PREEMPTIBLE: SpankOption = SpankOption {
+pub(crate) const PREEMPTIBLE: SpankOption = SpankOption {
     name: c"gpu-mem-preemptible",
     arginfo: c"",
     usage: c"Volunteer this job to be requeued first when a shared GPU runs short of memory.",

@@ -73,7 +73,7 @@ fn step_plan() -> Option<StepPlan> {
         .clone()
 }
 
-pub fn user_init(spank: &Spank) -> Result<(), String> {
+pub(crate) fn user_init(spank: &Spank) -> Result<(), String> {
     let job = job_label(spank);
     let plan = plan(spank);
     match &plan.verdict {
@@ -89,7 +89,7 @@ pub fn user_init(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
-pub fn task_post_fork(spank: &Spank) -> Result<(), String> {
+pub(crate) fn task_post_fork(spank: &Spank) -> Result<(), String> {
     if spank.task_id().unwrap_or(0) != 0 {
         return Ok(());
     }

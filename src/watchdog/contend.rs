@@ -22,7 +22,7 @@ use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 
 /// What the watchdog knows of its job for the registry.
-pub struct JobFacts {
+pub(crate) struct JobFacts {
     pub user: String,
     pub quota: Option<u64>,
     pub priority: JobPriority,
@@ -32,7 +32,7 @@ pub struct JobFacts {
     pub preemptions: u32,
 }
 
-pub struct Contender {
+pub(crate) struct Contender {
     job_id: u32,
     node: String,
     settings: PreemptSettings,

@@ -11,12 +11,12 @@
 
 pub mod contend;
 pub mod control;
-pub mod daemon;
+pub(crate) mod daemon;
 pub mod gpu;
 pub mod ladder;
 pub mod leftovers;
 pub mod log;
-pub mod shared_record;
+pub(crate) mod shared_record;
 pub mod status;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -60,7 +60,7 @@ pub struct GpuUsage {
     pub used: u64,
     pub peak: u64,
     /// Processes of the job whose usage NVML could not tell.
-    pub unavailable: u32,
+    pub(crate) unavailable: u32,
 }
 
 /// Why an action did not happen now: the line to log, and slurmctld's failure under it.
@@ -144,7 +144,7 @@ impl Watchdog {
     }
 
     /// The signal to send to the job's processes now (a new prediction fired), if any.
-    pub fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
+    pub(crate) fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
         self.signal_due
             .take()
             .map(|signal| (signal, self.job_pids.clone()))
@@ -557,7 +557,7 @@ impl Watchdog {
     }
 
     /// The job was preempted (by the contention logic): from now on only wait for it to leave.
-    pub fn mark_preempted(&mut self) {
+    pub(crate) fn mark_preempted(&mut self) {
         self.acted = Some(Action::Requeue);
         self.state = status::JobHealth::Acted;
     }
