@@ -13,7 +13,7 @@ pub type Policy = Result<Config, Unusable>;
 /// Accepted on the submit host; `warning` is printed to the user (a broken, fail-open policy).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SubmitVerdict {
-    pub warning: Option<String>,
+    pub(crate) warning: Option<String>,
 }
 
 /// Checks a valid `--gpu-mem-quota` request against the caps that can be known on the submit host.

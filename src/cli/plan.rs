@@ -144,7 +144,7 @@ Example:
 }
 
 /// Runs the command; see `help()`.
-pub fn run(argv: Vec<String>) -> ExitCode {
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
     let parsed = match SPEC.parse(&argv) {
         Ok(parsed) => parsed,
         Err(status) => return status,

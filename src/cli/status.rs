@@ -31,7 +31,7 @@ pub(crate) const SPEC: Spec = Spec {
     error_shows_help: true,
 };
 
-pub fn run(argv: Vec<String>) -> ExitCode {
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
     let parsed = match SPEC.parse(&argv) {
         Ok(parsed) => parsed,
         Err(status) => return status,

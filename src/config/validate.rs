@@ -23,7 +23,7 @@ use super::{
 };
 use crate::size::{parse_size, ByteSize};
 
-pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
+pub(super) fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut check = Checker {
         text,
         errors: Vec::new(),

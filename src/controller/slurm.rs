@@ -6,8 +6,8 @@ use crate::slurmctl::{CtlError, SlurmTools};
 
 /// The job's record and actions through squeue/scontrol/scancel.
 pub(crate) struct SlurmController {
-    pub job_id: u32,
-    pub tools: SlurmTools,
+    pub(crate) job_id: u32,
+    pub(crate) tools: SlurmTools,
 }
 
 impl SlurmController {

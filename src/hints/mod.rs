@@ -25,7 +25,7 @@ pub(crate) struct Hundredths(u32);
 impl Hundredths {
     pub(crate) const ONE: Hundredths = Hundredths(100);
 
-    pub const fn new(hundredths: u32) -> Hundredths {
+    pub(crate) const fn new(hundredths: u32) -> Hundredths {
         Hundredths(hundredths)
     }
 
@@ -38,7 +38,7 @@ impl Hundredths {
         Some(Hundredths(h.min(u32::MAX as u128) as u32))
     }
 
-    pub const fn get(self) -> u32 {
+    pub(crate) const fn get(self) -> u32 {
         self.0
     }
 

@@ -55,7 +55,7 @@ pub(crate) enum LastEvent {
 }
 
 impl LastEvent {
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             LastEvent::OverQuota => "over-quota",
             LastEvent::Preempted => "preempted",
@@ -112,33 +112,33 @@ pub(crate) fn restart_event(
 /// Everything [`restart_hints`] needs, as plain data.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct HintInputs {
-    pub restarts: u32,
-    pub last_event: LastEvent,
+    pub(crate) restarts: u32,
+    pub(crate) last_event: LastEvent,
     /// The previous run's peak on its busiest GPU.
     pub(crate) last_peak: ByteSize,
-    pub quota: ByteSize,
+    pub(crate) quota: ByteSize,
     /// The GPU's real size (NVML's total): a quota larger than the GPU cannot be used.
-    pub gpu_total: ByteSize,
+    pub(crate) gpu_total: ByteSize,
     /// Memory that does not scale with the batch (weights, optimizer state, CUDA context), from the
     /// job's history or the admin config. `None` assumes everything scales, which under-shrinks when
     /// the fixed part is large: the estimate matters.
     pub(crate) fixed_estimate: Option<ByteSize>,
     /// Head-room below the limit to aim for, as a fraction (0.05 = aim for 95 % of the quota).
-    pub safety_margin: f64,
+    pub(crate) safety_margin: f64,
     /// The job's `--gpu-mem-batch`, if it gave one.
-    pub batch: Option<BatchGeometry>,
+    pub(crate) batch: Option<BatchGeometry>,
 }
 
 /// A micro-batch and accumulation that keep the effective batch exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BatchAdvice {
-    pub micro: u32,
+    pub(crate) micro: u32,
     /// `u64`: a micro-batch of 1 with 65536x65536 needs 2^32 accumulation steps.
-    pub accum: u64,
+    pub(crate) accum: u64,
     /// Not even a micro-batch of 1 is predicted to fit: trade compute for memory.
     pub(crate) activation_checkpointing: bool,
     /// One sentence for the job's log saying what was chosen and why.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 #[cfg(test)]
@@ -151,13 +151,13 @@ impl BatchAdvice {
 /// The hints for one restart; [`hint_vars`] renders them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RestartHints {
-    pub restarts: u32,
-    pub last_event: LastEvent,
+    pub(crate) restarts: u32,
+    pub(crate) last_event: LastEvent,
     pub(crate) last_peak: ByteSize,
     /// The factor per-step memory should shrink by; 1.00 when the last peak already fits.
     pub(crate) batch_scale: Hundredths,
     /// Present when the job gave `--gpu-mem-batch`.
-    pub batch: Option<BatchAdvice>,
+    pub(crate) batch: Option<BatchAdvice>,
 }
 
 /// Computes every restart hint. See the module documentation for the model.

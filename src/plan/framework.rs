@@ -82,7 +82,7 @@ pub struct Profile {
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct ZeroBuckets {
-    pub reduce: u64,
+    pub(crate) reduce: u64,
     pub(crate) allgather: u64,
 }
 

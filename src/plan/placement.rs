@@ -10,21 +10,21 @@ use super::shape::{Kind, Linear, ModelShape, Place};
 /// A pipeline stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stage {
-    pub index: u64,
-    pub count: u64,
-    pub layers: u64,
+    pub(crate) index: u64,
+    pub(crate) count: u64,
+    pub(crate) layers: u64,
 }
 
 impl Stage {
-    pub fn first(&self) -> bool {
+    pub(crate) fn first(&self) -> bool {
         self.index == 0
     }
 
-    pub fn last(&self) -> bool {
+    pub(crate) fn last(&self) -> bool {
         self.index + 1 == self.count
     }
 
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         if self.count == 1 {
             "single stage".into()
         } else if self.first() {
@@ -106,7 +106,7 @@ fn targeted(role: Linear, targets: LoraTargets) -> bool {
 }
 
 /// What one GPU of `stage` holds, with tensor-parallel size `tp`.
-pub fn local(model: &Model, finetune: Finetune, stage: Stage, tp: u64) -> Local {
+pub(crate) fn local(model: &Model, finetune: Finetune, stage: Stage, tp: u64) -> Local {
     match model {
         Model::ParamsOnly(_) | Model::ParamsLayers { .. } => {
             // No shape: every parameter is taken as a layer parameter and a ZeRO-3/FSDP unit is one

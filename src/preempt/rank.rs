@@ -15,11 +15,11 @@ pub use crate::config::{RankKind, Ranks};
 /// What slurmctld says about the job (through `squeue`), the only inputs to its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct JobPriority {
-    pub qos: String,
-    pub partition: String,
-    pub account: String,
+    pub(crate) qos: String,
+    pub(crate) partition: String,
+    pub(crate) account: String,
     /// Slurm's `Priority=`.
-    pub slurm_priority: u32,
+    pub(crate) slurm_priority: u32,
 }
 
 /// Lower goes first. Ordered by the configured rank, then by Slurm's priority.

@@ -43,9 +43,9 @@ const MAX_NAP: Duration = Duration::from_millis(50);
 /// What a command that ran to its end left behind.
 #[derive(Debug)]
 pub(crate) struct Finished {
-    pub status: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
     /// Some output was dropped to stay within the cap (e.g. [`MAX_OUTPUT_BYTES`]).
     pub(crate) truncated: bool,
 }
@@ -63,7 +63,7 @@ pub(crate) enum RunError {
 
 /// Runs `program args...` with only PATH and `env` in its environment, and waits at most `timeout`;
 /// keeps at most `max_output` bytes of each stream.
-pub fn run(
+pub(super) fn run(
     program: &Path,
     args: &[String],
     env: &[(String, String)],
@@ -226,7 +226,7 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// How a finished command's status reads in a message: "exit status 1" or "killed by signal 9".
-pub fn describe(status: &ExitStatus) -> String {
+pub(super) fn describe(status: &ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(signal)) => format!("killed by signal {signal}"),

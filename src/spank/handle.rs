@@ -26,8 +26,8 @@ pub(crate) enum Context {
 /// A SPANK call that failed, with Slurm's own words for why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SpankError {
-    pub call: &'static str,
-    pub code: sys::spank_err_t,
+    pub(crate) call: &'static str,
+    pub(crate) code: sys::spank_err_t,
 }
 
 impl fmt::Display for SpankError {
@@ -99,11 +99,11 @@ impl Spank {
     }
 
     /// The words after the plugin's path on its plugstack.conf line.
-    pub fn plugin_args(&self) -> &[String] {
+    pub(super) fn plugin_args(&self) -> &[String] {
         &self.args
     }
 
-    pub fn context(&self) -> Context {
+    pub(super) fn context(&self) -> Context {
         use sys::spank_context::*;
         // SAFETY: no arguments; reads Slurm's global plugin stack.
         match unsafe { sys::spank_context() } {
@@ -144,7 +144,7 @@ impl Spank {
     }
 
     /// Sets a variable in the job's environment (batch script and tasks), replacing any value.
-    pub fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
+    pub(super) fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
         let name = c_string("spank_setenv", name)?;
         let value = c_string("spank_setenv", value)?;
         // SAFETY: both strings are valid for the call; Slurm copies them.
@@ -164,7 +164,7 @@ impl Spank {
 
     /// Reads a variable of the job's environment, whatever its length (up to [`MAX_ENV_VALUE`]
     /// bytes): a long value read as unset would be overwritten, or an identity taken as unknown.
-    pub fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+    pub(super) fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
         let name = c_string("spank_getenv", name)?;
         let mut len = 4096;
         loop {
@@ -222,7 +222,7 @@ impl Spank {
     }
 
     /// The job id (remote and local contexts).
-    pub fn job_id(&self) -> Result<u32, SpankError> {
+    pub(super) fn job_id(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_ID: u32))
     }
 

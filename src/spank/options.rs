@@ -8,15 +8,15 @@ use super::{exports::guard, sys};
 use crate::request;
 
 pub(crate) struct SpankOption {
-    pub name: &'static CStr,
+    pub(crate) name: &'static CStr,
     pub(crate) arginfo: &'static CStr,
-    pub usage: &'static CStr,
+    pub(crate) usage: &'static CStr,
     /// Whether the option takes a value (`--opt=VALUE`) or is a flag.
     pub(crate) has_arg: bool,
     /// The value Slurm hands back to the callback, to tell options apart.
     pub(crate) val: c_int,
     /// Checks a value on the submit host; the message names the option and the value.
-    pub validate: fn(&str) -> Result<(), String>,
+    pub(crate) validate: fn(&str) -> Result<(), String>,
 }
 
 impl SpankOption {
@@ -36,7 +36,7 @@ impl SpankOption {
     }
 }
 
-pub const QUOTA: SpankOption = SpankOption {
+pub(super) const QUOTA: SpankOption = SpankOption {
     name: c"gpu-mem-quota",
     arginfo: c"SIZE",
     usage: c"GPU memory the job may use on each of its GPUs: a size as for --mem (40G, 40960M; bare number = MiB). \
@@ -65,7 +65,7 @@ pub(crate) const PREEMPTIBLE: SpankOption = SpankOption {
     validate: |_| Ok(()),
 };
 
-pub const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
+pub(super) const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
 
 /// The values given on this submit host's command line (by option `val`), kept for the policy check
 /// in `init_post_opt`: Slurm's getopt does not work in the allocator context. Plain process state:
@@ -73,7 +73,7 @@ pub const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
 static GIVEN: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
 
 /// The value of `option` given on this submit host's command line, if any.
-pub fn given(option: &SpankOption) -> Option<String> {
+pub(super) fn given(option: &SpankOption) -> Option<String> {
     let given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     given
         .iter()

@@ -33,8 +33,8 @@ pub struct GpuSample {
 
 /// A source that keeps its last sample, for the code that looks at the same sample after the loop.
 pub(crate) struct Recording<'a> {
-    pub inner: &'a mut dyn GpuSource,
-    pub last: Vec<GpuSample>,
+    pub(crate) inner: &'a mut dyn GpuSource,
+    pub(crate) last: Vec<GpuSample>,
 }
 
 impl GpuSource for Recording<'_> {

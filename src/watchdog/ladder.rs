@@ -199,7 +199,7 @@ pub(crate) struct Ladder {
     episode: Option<Episode>,
     acted: bool,
     /// Kept across `retry_later`: a retry is no reason to log more lines.
-    pub lines: CrossingLines,
+    pub(crate) lines: CrossingLines,
 }
 
 impl Ladder {
@@ -288,7 +288,7 @@ impl Ladder {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct JobFacts {
     /// A batch job with requeue allowed (`BatchFlag=1`, `Requeue=1`).
-    pub requeueable: bool,
+    pub(crate) requeueable: bool,
     /// Requeues we caused in earlier runs (from the job's record).
     pub(crate) requeues_by_us: u32,
 }

@@ -42,7 +42,7 @@ enum Level {
 }
 
 impl Log {
-    pub fn open(job_id: u32, fallback_dir: PathBuf) -> Log {
+    pub(crate) fn open(job_id: u32, fallback_dir: PathBuf) -> Log {
         let formatter = Formatter3164 {
             facility: Facility::LOG_DAEMON,
             hostname: None,
@@ -56,15 +56,15 @@ impl Log {
         Log { job_id, sink }
     }
 
-    pub fn info(&mut self, message: &str) {
+    pub(crate) fn info(&mut self, message: &str) {
         self.write(Level::Info, message)
     }
 
-    pub fn warning(&mut self, message: &str) {
+    pub(crate) fn warning(&mut self, message: &str) {
         self.write(Level::Warning, message)
     }
 
-    pub fn error(&mut self, message: &str) {
+    pub(crate) fn error(&mut self, message: &str) {
         self.write(Level::Error, message)
     }
 
