@@ -15,7 +15,7 @@ use lexopt::Arg;
 pub struct Opt {
     pub long: &'static str,
     pub short: Option<char>,
-    pub(crate) takes_value: bool,
+    takes_value: bool,
 }
 
 impl Opt {

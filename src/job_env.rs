@@ -3,9 +3,9 @@
 use crate::size::ByteSize;
 
 /// The job's quota per GPU, in bytes.
-pub(crate) const QUOTA_BYTES: &str = "GPU_MEM_QUOTA_BYTES";
+const QUOTA_BYTES: &str = "GPU_MEM_QUOTA_BYTES";
 /// The same quota in Slurm's normalised form (`40G`).
-pub(crate) const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
+const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
 /// Where the job's watchdog writes its status (JSON, see `watchdog::status`), readable by the job.
 pub const STATUS_FILE: &str = "GPU_MEM_QUOTA_STATUS_FILE";
 

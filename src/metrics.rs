@@ -126,7 +126,7 @@ fn header(out: &mut String, family: &Family) {
 }
 
 /// A label value as the text format requires: backslash, double quote and newline escaped.
-pub(crate) fn escape_label_value(value: &str) -> String {
+fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {

@@ -13,10 +13,10 @@ use crate::config::values::{parse_on_config_error, OnConfigError};
 
 /// The policy file when the plugstack line names none (the same as `check-config`'s default).
 pub(crate) const DEFAULT_CONFIG: &str = crate::config::DEFAULT_PATH;
-pub(crate) const DEFAULT_WATCHDOG: &str = "/usr/local/sbin/gpu-mem-quota";
+const DEFAULT_WATCHDOG: &str = "/usr/local/sbin/gpu-mem-quota";
 
 /// Every key the plugstack line accepts, with what it means (for error messages and docs).
-pub(crate) const KEYS: &[(&str, &str)] = &[
+const KEYS: &[(&str, &str)] = &[
     ("config", "absolute path of the admin policy (TOML)"),
     (
         "on_config_error",

@@ -84,7 +84,7 @@ const SLOPE_BOUND_Z: f64 = 1.645;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Trend {
     /// Sen's slope of the envelope, bytes per second (negative when shrinking).
-    pub(crate) slope: f64,
+    slope: f64,
     /// The rate predictions use: the slope's upper confidence bound (never below `slope`).
     pub rate: f64,
     /// The fitted line's level at the newest sample, in bytes.
@@ -94,7 +94,7 @@ pub struct Trend {
     /// Time between the oldest and the newest envelope point.
     pub span: Duration,
     /// Kendall's τ of the envelope: +1 steadily rising, −1 steadily falling, ≈ 0 for no trend.
-    pub(crate) consistency: f64,
+    consistency: f64,
 }
 
 impl Trend {
@@ -106,7 +106,7 @@ impl Trend {
 
     /// Time until the envelope's upper edge reaches `bytes`: zero when it is there already, `None`
     /// when it is not rising.
-    pub(crate) fn time_to(&self, bytes: u64) -> Option<Duration> {
+    fn time_to(&self, bytes: u64) -> Option<Duration> {
         let gap = bytes as f64 - self.level - self.spread;
         if gap <= 0.0 {
             return Some(Duration::ZERO);
@@ -194,7 +194,7 @@ fn without_outliers(points: &[(f64, f64)], fit: &SenFit) -> Vec<(f64, f64)> {
 }
 
 /// Time until the job's memory envelope crosses `quota`, if it is rising by a trend worth the name.
-pub(crate) fn time_to_quota(samples: &[Sample], quota: ByteSize, params: &PredictParams) -> Option<Duration> {
+fn time_to_quota(samples: &[Sample], quota: ByteSize, params: &PredictParams) -> Option<Duration> {
     let trend = fit_trend(samples, params)?;
     let rise = trend.slope * trend.span.as_secs_f64();
     let is_trend = trend.slope > 0.0

@@ -80,7 +80,7 @@ pub(crate) fn remove_job_dir(runtime_dir: &Path, job_id: u32) -> io::Result<()> 
 }
 
 /// Opens (creating) a file in a root-owned directory without following a symlink.
-pub(crate) fn open_private(path: &Path, mode: u32) -> io::Result<fs::File> {
+fn open_private(path: &Path, mode: u32) -> io::Result<fs::File> {
     fs::OpenOptions::new()
         .read(true)
         .write(true)

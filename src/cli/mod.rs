@@ -21,7 +21,7 @@ pub struct Command {
 }
 
 /// Every command, in the order `--help` lists them.
-pub(crate) const COMMANDS: &[Command] = &[
+const COMMANDS: &[Command] = &[
     Command {
         spec: &check_config::SPEC,
         summary: "validate the admin policy; --explain an identity's quota",

@@ -203,7 +203,7 @@ fn choice<T: Copy>(p: &Parsed, key: &str, choices: &[(T, &str)], default: T) -> 
 }
 
 /// A parameter count: a whole number, a decimal with a K/M/B/T suffix (7.5B), or an exponent (6.74e9).
-pub(crate) fn parse_count(text: &str) -> Result<u64, String> {
+fn parse_count(text: &str) -> Result<u64, String> {
     let bad = || {
         format!(
             "invalid --params '{}': expected a count such as 7.5B, 350M or 6.74e9",

@@ -44,7 +44,7 @@ impl fmt::Display for Percent {
 }
 
 /// Parses `"50%"`, `"12.5%"`, `"33.33%"`: 1% to 100%, at most two decimals.
-pub(crate) fn parse_percent(text: &str) -> Result<Percent, String> {
+fn parse_percent(text: &str) -> Result<Percent, String> {
     let syntax = || {
         format!(
             "invalid percent '{}': expected 1% to 100% with at most two decimals (e.g. \"50%\", \"12.5%\")",
@@ -274,8 +274,7 @@ pub(crate) fn parse_on_config_error(text: &str) -> Result<OnConfigError, String>
 
 /// The signals `[prediction] signal` may name: the two a program can safely be asked to handle.
 /// (SIGTERM or SIGINT would end most jobs; that is the watchdog's `action`, not a warning.)
-pub(crate) const PREDICTION_SIGNALS: [(&str, i32); 2] =
-    [("SIGUSR1", libc::SIGUSR1), ("SIGUSR2", libc::SIGUSR2)];
+const PREDICTION_SIGNALS: [(&str, i32); 2] = [("SIGUSR1", libc::SIGUSR1), ("SIGUSR2", libc::SIGUSR2)];
 
 /// Parses `"none"` (no signal) or a name in [`PREDICTION_SIGNALS`] to its number.
 pub(crate) fn parse_signal(text: &str) -> Result<Option<i32>, String> {

@@ -26,7 +26,7 @@ pub const XLA_PYTHON_CLIENT_MEM_FRACTION: &str = "XLA_PYTHON_CLIENT_MEM_FRACTION
 /// TensorFlow: grow on demand instead of mapping the whole GPU at start.
 pub const TF_FORCE_GPU_ALLOW_GROWTH: &str = "TF_FORCE_GPU_ALLOW_GROWTH";
 /// MPS clients: a hard per-device limit, `0=40448M,1=40448M` (device ordinals as the client sees them).
-pub(crate) const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 
 /// Every variable [`framework_vars`] may read from the user's environment: the caller looks these up
 /// (and only these) to fill [`CapInputs::user_env`].
@@ -79,7 +79,7 @@ pub struct CapInputs<'a> {
 
 /// `(quota − reserve) / gpu_total` rounded down to hundredths; `None` when there is nothing to cap
 /// (the quota is not smaller than the GPU) or nothing left (the reserve eats the quota).
-pub(crate) fn memory_fraction(quota: ByteSize, gpu_total: ByteSize, reserve: ByteSize) -> Option<Hundredths> {
+fn memory_fraction(quota: ByteSize, gpu_total: ByteSize, reserve: ByteSize) -> Option<Hundredths> {
     let usable = capped_bytes(quota, gpu_total, reserve)?;
     Hundredths::floor_ratio(usable, gpu_total.bytes()).filter(|f| f.get() > 0)
 }

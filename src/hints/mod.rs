@@ -23,14 +23,14 @@ use std::fmt;
 pub(crate) struct Hundredths(u32);
 
 impl Hundredths {
-    pub(crate) const ONE: Hundredths = Hundredths(100);
+    const ONE: Hundredths = Hundredths(100);
 
     pub(crate) const fn new(hundredths: u32) -> Hundredths {
         Hundredths(hundredths)
     }
 
     /// ⌊100 × numerator / denominator⌋; `None` when the denominator is zero.
-    pub(crate) fn floor_ratio(numerator: u64, denominator: u64) -> Option<Hundredths> {
+    fn floor_ratio(numerator: u64, denominator: u64) -> Option<Hundredths> {
         if denominator == 0 {
             return None;
         }
@@ -43,7 +43,7 @@ impl Hundredths {
     }
 
     /// ⌊n × self⌋ for a count such as a micro-batch.
-    pub(crate) const fn floor_times(self, n: u64) -> u64 {
+    const fn floor_times(self, n: u64) -> u64 {
         (n as u128 * self.0 as u128 / 100) as u64
     }
 }
@@ -58,7 +58,7 @@ impl fmt::Display for Hundredths {
 /// `bytes × (1 − margin)`, rounded down, in integer arithmetic (basis points) so that 5 % of 40G is
 /// exactly 2G. A margin outside `[0, 0.99]` (or NaN) is clamped there: config validation refuses such
 /// values with a message; this only keeps the arithmetic defined.
-pub(crate) fn less_margin(bytes: u64, margin: f64) -> u64 {
+fn less_margin(bytes: u64, margin: f64) -> u64 {
     let margin = if margin.is_nan() {
         0.0
     } else {

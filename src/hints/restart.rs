@@ -14,19 +14,19 @@ use crate::batch::BatchGeometry;
 use crate::size::ByteSize;
 
 /// Our count of GPU-memory requeues of this job.
-pub(crate) const RESTARTS: &str = "GPU_MEM_QUOTA_RESTARTS";
+const RESTARTS: &str = "GPU_MEM_QUOTA_RESTARTS";
 /// What ended the previous run: `over-quota`, `preempted` or `near-oom`.
-pub(crate) const LAST_EVENT: &str = "GPU_MEM_QUOTA_LAST_EVENT";
+const LAST_EVENT: &str = "GPU_MEM_QUOTA_LAST_EVENT";
 /// The previous run's peak GPU memory on its busiest GPU, in bytes.
-pub(crate) const LAST_PEAK_BYTES: &str = "GPU_MEM_QUOTA_LAST_PEAK_BYTES";
+const LAST_PEAK_BYTES: &str = "GPU_MEM_QUOTA_LAST_PEAK_BYTES";
 /// The factor to multiply per-step (batch-dependent) memory by, e.g. `0.56`.
-pub(crate) const BATCH_SCALE: &str = "GPU_MEM_QUOTA_BATCH_SCALE";
+const BATCH_SCALE: &str = "GPU_MEM_QUOTA_BATCH_SCALE";
 /// The micro-batch to use (with `--gpu-mem-batch` only).
-pub(crate) const MICRO_BATCH: &str = "GPU_MEM_QUOTA_MICRO_BATCH";
+const MICRO_BATCH: &str = "GPU_MEM_QUOTA_MICRO_BATCH";
 /// The gradient accumulation to use with it (with `--gpu-mem-batch` only).
-pub(crate) const GRAD_ACCUM: &str = "GPU_MEM_QUOTA_GRAD_ACCUM";
+const GRAD_ACCUM: &str = "GPU_MEM_QUOTA_GRAD_ACCUM";
 /// `1` when not even a micro-batch of 1 is expected to fit without activation checkpointing.
-pub(crate) const ACTIVATION_CHECKPOINTING: &str = "GPU_MEM_QUOTA_ACTIVATION_CHECKPOINTING";
+const ACTIVATION_CHECKPOINTING: &str = "GPU_MEM_QUOTA_ACTIVATION_CHECKPOINTING";
 
 /// Every variable [`hint_vars`] may write: those it did not write this time are removed from the
 /// job's environment (a forged value, or one inherited by a job submitted from a restarted job).
@@ -41,7 +41,7 @@ pub(crate) const HINT_VARS: [&str; 7] = [
 ];
 
 /// The smallest scale ever advised: a scale of zero would tell a loop to train on nothing.
-pub(crate) const MIN_BATCH_SCALE: Hundredths = Hundredths::new(1);
+const MIN_BATCH_SCALE: Hundredths = Hundredths::new(1);
 
 /// What ended (or endangered) the previous run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -31,7 +31,7 @@ pub enum Split {
 pub struct Stored {
     pub name: &'static str,
     /// Bytes per token (one position of one sample) of one layer, before any split.
-    pub(crate) bytes_per_token: f64,
+    bytes_per_token: f64,
     pub split: Split,
     /// Part of the attention score matrix (`a x s` per token): dropped by fused attention and
     /// recomputed by selective recomputation.

@@ -19,11 +19,11 @@ pub mod breakdown;
 pub mod estimate;
 pub mod framework;
 pub mod job;
-pub(crate) mod overheads;
-pub(crate) mod placement;
+mod overheads;
+mod placement;
 pub mod presets;
 pub mod report;
-pub(crate) mod search;
+mod search;
 pub mod shape;
 pub mod states;
 

@@ -13,7 +13,7 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// NCCL's device buffers per communicator this process joins (data-, tensor- and pipeline-parallel
 /// groups each have one): NCCL_BUFFSIZE (4 MiB) for each channel and peer plus the LL/LL128
 /// protocol buffers. A rough figure; docs/PLAN.md.
-pub(crate) const NCCL_PER_COMMUNICATOR: f64 = 256.0 * MIB;
+const NCCL_PER_COMMUNICATOR: f64 = 256.0 * MIB;
 
 /// Reserved-but-unallocated memory as a share of the transient part of the peak (activations,
 /// buffers, temporaries): blocks of varying sizes freed and reallocated every step leave holes the
@@ -35,8 +35,8 @@ pub(crate) const FRAGMENTATION: f64 = 0.25;
 ///
 /// With LoRA the reduced gradients are the adapters' only, so a large frozen base no longer
 /// brings a reduce-scatter pool the size of its layers (issue 18).
-pub(crate) const STREAM_POOL_GATHER_COPIES: f64 = 1.0;
-pub(crate) const STREAM_POOL_REDUCE_COPIES: f64 = 7.0;
+const STREAM_POOL_GATHER_COPIES: f64 = 1.0;
+const STREAM_POOL_REDUCE_COPIES: f64 = 7.0;
 
 /// Terms outside the allocator: the CUDA context and NCCL.
 pub(crate) fn device(job: &Job) -> Vec<Term> {

@@ -134,7 +134,7 @@ pub struct Tensor {
 }
 
 impl ModelShape {
-    pub(crate) fn head_dim(&self) -> u64 {
+    fn head_dim(&self) -> u64 {
         self.hidden / self.heads
     }
 
@@ -274,7 +274,7 @@ pub(crate) fn custom(name: &str, layers: u64, hidden: u64, heads: u64, vocab: u6
 /// Width over depth of the common dense decoder families: GPT-3 6.7B, 13B and 175B (Brown et al.
 /// 2020, table 2.1: 4096/32, 5140/40, 12288/96) and Llama-2 7B and 13B (4096/32, 5120/40) all
 /// have `hidden = 128 x layers`.
-pub(crate) const HIDDEN_PER_LAYER: f64 = 128.0;
+const HIDDEN_PER_LAYER: f64 = 128.0;
 
 /// The layer count of a model of `params` parameters when only the count is given: a transformer
 /// has about `12 L h^2` parameters (Kaplan et al. 2020, "Scaling Laws for Neural Language Models",

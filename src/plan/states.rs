@@ -66,7 +66,7 @@ const BLOCKWISE_8BIT: f64 = 1.0 + 4.0 / 2048.0;
 
 /// The optimizer's own state for the trainable parameters on this GPU, before sharding: bytes and
 /// a description.
-pub(crate) fn optimizer_state(job: &Job, local: &Local) -> (f64, String) {
+fn optimizer_state(job: &Job, local: &Local) -> (f64, String) {
     let s = state_bytes(job.precision);
     let dtype = if s == 2.0 { "bf16" } else { "fp32" };
     match job.optimizer {

@@ -9,7 +9,7 @@ use std::ops::Range;
 use super::{RecordError, MARKER};
 
 /// Bodies longer than this were not written by any version of this program.
-pub(super) const MAX_BODY_BYTES: usize = 16 * 1024;
+const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// One segment found in an AdminComment.
 #[derive(Debug)]

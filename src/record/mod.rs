@@ -32,7 +32,7 @@ use crate::size::ByteSize;
 
 /// The version this code writes and reads. Older versions are replaced by [`merge`]; newer ones
 /// are left alone as if they were another tool's text.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 1;
 
 /// What every segment starts with, followed by the version and `{`.
 pub const MARKER: &str = "gpu-mem-quota:v";

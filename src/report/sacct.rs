@@ -11,7 +11,7 @@
 use std::fmt;
 
 /// The fields we ask for, in this order; the AdminComment must stay last (see the module doc).
-pub(crate) const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 9] = [
     "JobIDRaw",
     "JobID",
     "User",

@@ -6,7 +6,7 @@
 //! suffix; zero padding is kept (`01-04` gives `01`..`04`). Anything else is refused, never guessed.
 
 /// The most names one expression may expand to: a guard against `n[0-4294967295]`.
-pub(crate) const MAX_NODES: usize = 1 << 20;
+const MAX_NODES: usize = 1 << 20;
 
 /// The node names of `expression`, in Slurm's order.
 pub(crate) fn expand(expression: &str) -> Result<Vec<String>, String> {

@@ -94,7 +94,7 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
 /// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
 /// are separated by commas outside parentheses; `gpu` and `shard` items carry `(IDX:LIST)`. Other
 /// GRES (nic, counts without an index) are ignored.
-pub(crate) fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
+fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
     let mut indices = Vec::new();
     for item in split_items(detail) {
         let name = item.split([':', '(']).next().unwrap_or("");

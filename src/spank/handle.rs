@@ -80,7 +80,7 @@ pub(crate) struct Spank {
 
 /// The longest environment value [`Spank::getenv`] reads: Linux's limit for one argument or
 /// variable (`MAX_ARG_STRLEN`, 128 KiB).
-pub(crate) const MAX_ENV_VALUE: usize = 128 * 1024;
+const MAX_ENV_VALUE: usize = 128 * 1024;
 
 impl Spank {
     /// # Safety

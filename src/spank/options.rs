@@ -9,12 +9,12 @@ use crate::request;
 
 pub(crate) struct SpankOption {
     pub(crate) name: &'static CStr,
-    pub(crate) arginfo: &'static CStr,
+    arginfo: &'static CStr,
     pub(crate) usage: &'static CStr,
     /// Whether the option takes a value (`--opt=VALUE`) or is a flag.
-    pub(crate) has_arg: bool,
+    has_arg: bool,
     /// The value Slurm hands back to the callback, to tell options apart.
-    pub(crate) val: c_int,
+    val: c_int,
     /// Checks a value on the submit host; the message names the option and the value.
     pub(crate) validate: fn(&str) -> Result<(), String>,
 }

@@ -31,7 +31,7 @@ pub(crate) const RECOVER_SHARE_OF_WARN: f64 = 0.9;
 
 /// After the first warn (or recover) line of a job, at most one more per this, carrying the count
 /// of crossings not logged since.
-pub(crate) const CROSSING_LINE_EVERY: Duration = Duration::from_secs(5 * 60);
+const CROSSING_LINE_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// What one sample means for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

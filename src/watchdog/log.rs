@@ -19,7 +19,7 @@ use crate::trusted_dir::{euid, TrustedDir};
 const LOG_FILE: &str = "watchdog.log";
 const OLDER_LOG_FILE: &str = "watchdog.log.1";
 /// Past this size the fallback file is rotated (once: one older generation is kept).
-pub(crate) const MAX_LOG_BYTES: u64 = 4 << 20;
+const MAX_LOG_BYTES: u64 = 4 << 20;
 
 use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
 
@@ -93,7 +93,7 @@ impl Log {
 }
 
 /// Appends `text` to `<state_dir>/watchdog.log` under the rules above.
-pub(crate) fn append_to_fallback(state_dir: &Path, text: &str) -> io::Result<()> {
+fn append_to_fallback(state_dir: &Path, text: &str) -> io::Result<()> {
     if !state_dir.exists() {
         std::fs::create_dir_all(state_dir)?;
     }

@@ -16,7 +16,7 @@ pub mod gpu;
 pub mod ladder;
 pub mod leftovers;
 pub mod log;
-pub(crate) mod shared_record;
+mod shared_record;
 pub mod status;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -107,7 +107,7 @@ pub struct Watchdog {
     record_failure_logged: bool,
 }
 
-pub(crate) fn unix_now() -> u64 {
+fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -144,7 +144,7 @@ impl Watchdog {
     }
 
     /// The signal to send to the job's processes now (a new prediction fired), if any.
-    pub(crate) fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
+    fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
         self.signal_due
             .take()
             .map(|signal| (signal, self.job_pids.clone()))
@@ -557,7 +557,7 @@ impl Watchdog {
     }
 
     /// The job was preempted (by the contention logic): from now on only wait for it to leave.
-    pub(crate) fn mark_preempted(&mut self) {
+    fn mark_preempted(&mut self) {
         self.acted = Some(Action::Requeue);
         self.state = status::JobHealth::Acted;
     }

@@ -108,14 +108,14 @@ impl Status {
 }
 
 /// Unix seconds as RFC 3339 in UTC (`2026-11-30T06:00:00Z`); `None` past year 9999.
-pub(crate) fn rfc3339(unix: u64) -> Option<String> {
+fn rfc3339(unix: u64) -> Option<String> {
     let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(unix).ok()?).ok()?;
     at.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
 /// An RFC 3339 time as Unix seconds (fractions dropped); `None` for anything else, an invalid date
 /// (`2026-02-31`) included, and for times before 1970.
-pub(crate) fn parse_rfc3339(text: &str) -> Option<u64> {
+fn parse_rfc3339(text: &str) -> Option<u64> {
     let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
     u64::try_from(at.unix_timestamp()).ok()
 }
