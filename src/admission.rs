@@ -45,9 +45,9 @@ pub struct NodeVerdict {
     /// The quota per GPU to put in the environment; `None` leaves the environment untouched.
     pub quota: Option<ByteSize>,
     /// One line for the log saying what was decided and why.
-    pub note: String,
+    pub(crate) note: String,
     /// Something an admin must see (logged as an error), the job runs anyway.
-    pub alarm: Option<String>,
+    pub(crate) alarm: Option<String>,
 }
 
 /// Decides a step on the node. `request` is the raw option value (from the job environment, so

@@ -92,7 +92,7 @@ pub struct Trend {
     /// How far the envelope's upper edge lies above the line, in bytes (≥ 0).
     pub spread: f64,
     /// Time between the oldest and the newest envelope point.
-    pub span: Duration,
+    pub(crate) span: Duration,
     /// Kendall's τ of the envelope: +1 steadily rising, −1 steadily falling, ≈ 0 for no trend.
     consistency: f64,
 }

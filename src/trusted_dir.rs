@@ -168,7 +168,7 @@ impl TrustedDir {
         Ok(dir)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 

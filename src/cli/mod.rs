@@ -3,7 +3,7 @@
 //! in one [`args::Spec`].
 
 /// The argument parser, shared with the watchdog's command line (`launch::params`).
-pub use crate::argv as args;
+pub(crate) use crate::argv as args;
 mod check_config;
 mod plan;
 mod report;

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub struct ConfigError {
     /// 1-based line and column (in characters) of the offending text; 0 when the parser gave no place.
     pub line: usize,
-    pub column: usize,
+    pub(crate) column: usize,
     /// Where in the policy, as an admin writes it: `[account.physics] max`, `[enforcement]`;
     /// empty when not known (a syntax error before any table).
     pub key: String,

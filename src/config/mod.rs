@@ -204,7 +204,7 @@ impl Default for Metrics {
 
 impl Config {
     /// The named rules of one kind; `None` for [`RuleKind::Defaults`], which has no names.
-    pub fn rules(&self, kind: RuleKind) -> Option<&BTreeMap<String, Rule>> {
+    pub(crate) fn rules(&self, kind: RuleKind) -> Option<&BTreeMap<String, Rule>> {
         match kind {
             RuleKind::User => Some(&self.users),
             RuleKind::Account => Some(&self.accounts),

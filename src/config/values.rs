@@ -83,7 +83,7 @@ pub enum Amount {
 
 impl Amount {
     /// The amount in bytes, if it can be known: a percent needs the GPU's size.
-    pub fn resolve(self, gpu_total: Option<ByteSize>) -> Option<ByteSize> {
+    pub(crate) fn resolve(self, gpu_total: Option<ByteSize>) -> Option<ByteSize> {
         match self {
             Amount::Size(size) => Some(size),
             Amount::Percent(p) => gpu_total.map(|total| p.of(total)),

@@ -16,15 +16,15 @@ use super::Hundredths;
 use crate::size::ByteSize;
 
 /// PyTorch ≥ 2.9 reads this first, ...
-pub const PYTORCH_ALLOC_CONF: &str = "PYTORCH_ALLOC_CONF";
+pub(crate) const PYTORCH_ALLOC_CONF: &str = "PYTORCH_ALLOC_CONF";
 /// ... and falls back to this (the only one older releases read).
-pub const PYTORCH_CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
+pub(crate) const PYTORCH_CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
 /// JAX's current name for the preallocated fraction ...
-pub const XLA_CLIENT_MEM_FRACTION: &str = "XLA_CLIENT_MEM_FRACTION";
+pub(crate) const XLA_CLIENT_MEM_FRACTION: &str = "XLA_CLIENT_MEM_FRACTION";
 /// ... and its older one, still read by the releases many sites run.
-pub const XLA_PYTHON_CLIENT_MEM_FRACTION: &str = "XLA_PYTHON_CLIENT_MEM_FRACTION";
+pub(crate) const XLA_PYTHON_CLIENT_MEM_FRACTION: &str = "XLA_PYTHON_CLIENT_MEM_FRACTION";
 /// TensorFlow: grow on demand instead of mapping the whole GPU at start.
-pub const TF_FORCE_GPU_ALLOW_GROWTH: &str = "TF_FORCE_GPU_ALLOW_GROWTH";
+pub(crate) const TF_FORCE_GPU_ALLOW_GROWTH: &str = "TF_FORCE_GPU_ALLOW_GROWTH";
 /// MPS clients: a hard per-device limit, `0=40448M,1=40448M` (device ordinals as the client sees them).
 const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 

@@ -5,9 +5,9 @@
 //! calls these functions and writes the pairs into the job's environment. docs/HINTS.md is the
 //! user-facing reference for every variable.
 
-pub mod framework;
-pub mod previous;
-pub mod restart;
+pub(crate) mod framework;
+pub(crate) mod previous;
+pub(crate) mod restart;
 
 pub use framework::{framework_vars, CapInputs};
 pub use previous::previous_run;

@@ -7,19 +7,19 @@ use crate::argv::{Opt, Parsed};
 use crate::size::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Params {
+pub(crate) struct Params {
     pub job_id: u32,
     /// The job's user: the status file is theirs to read (mode 0400), and nobody else's.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// The job's primary group. No file is the group's any more (users often share one); kept so
     /// that a plugin and a watchdog of different versions agree on the command line.
-    pub gid: u32,
+    pub(crate) gid: u32,
     /// The quota per GPU; `None`: record and report only.
     pub quota: Option<ByteSize>,
     /// The job's GPUs on this node, as Slurm names them (gres indices or UUIDs).
     pub gpus: Vec<String>,
     /// The admin policy (enforcement settings).
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// The user volunteered the job for preemption (`--gpu-mem-preemptible`).
     pub preemptible: bool,
 }

@@ -32,17 +32,17 @@ pub struct Stored {
     pub name: &'static str,
     /// Bytes per token (one position of one sample) of one layer, before any split.
     bytes_per_token: f64,
-    pub split: Split,
+    pub(crate) split: Split,
     /// Part of the attention score matrix (`a x s` per token): dropped by fused attention and
     /// recomputed by selective recomputation.
-    pub score: bool,
+    pub(crate) score: bool,
 }
 
 /// Numeric formats of the tensors a layer stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Formats {
     /// Most activations (GEMM outputs, elementwise results).
-    pub act: f64,
+    pub(crate) act: f64,
     /// Inputs saved by GEMMs (1 byte with fp8 GEMMs).
     pub(crate) gemm_in: f64,
     /// The residual stream: the layer's input and the norms' inputs (fp32 under autocast).

@@ -43,7 +43,7 @@ pub struct Term {
     /// What it is, with the numbers that produced it.
     pub label: String,
     pub bytes: u64,
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// Where the formula comes from (paper, documentation, code).
     pub source: &'static str,
     /// Whether this term is part of the peak (terms of the other phase are shown but not added).

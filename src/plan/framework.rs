@@ -69,7 +69,7 @@ pub struct Profile {
     pub(crate) attention_output_copy: bool,
     /// The softmax of eager attention runs in fp32 and is cast back (HF Llama eager attention).
     pub(crate) softmax_fp32: bool,
-    pub loss: LossKernel,
+    pub(crate) loss: LossKernel,
     pub step: StepKernel,
     /// bf16 training keeps fp32 main gradients (Megatron `accumulate_allreduce_grads_in_fp32`).
     pub(crate) fp32_main_grads: bool,

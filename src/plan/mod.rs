@@ -15,17 +15,17 @@
 //! docs/PLAN.md documents every term with its source.
 
 pub mod activations;
-pub mod breakdown;
+pub(crate) mod breakdown;
 pub mod estimate;
 pub mod framework;
-pub mod job;
+pub(crate) mod job;
 mod overheads;
 mod placement;
 pub mod presets;
-pub mod report;
+pub(crate) mod report;
 mod search;
 pub mod shape;
-pub mod states;
+pub(crate) mod states;
 
 pub use estimate::{estimate, model_states};
 pub(crate) use job::DEFAULT_CUDA_CONTEXT;

@@ -45,11 +45,11 @@ pub struct Local {
     /// Frozen base linear weights stored as 4-bit NormalFloat (QLoRA).
     pub(crate) frozen_nf4: f64,
     /// Weights of linear layers (layer matrices and the output projection): what autocast casts.
-    pub linear: f64,
+    pub(crate) linear: f64,
     /// One transformer layer (an FSDP/ZeRO-3 unit).
     pub layer: f64,
     /// Embeddings plus the top (final norm, output projection): FSDP's root unit.
-    pub root: f64,
+    pub(crate) root: f64,
     /// The largest embedding or output table (a ZeRO-3 unit of its own).
     pub(crate) largest_table: f64,
     /// The largest single linear weight of a layer (QLoRA dequantises one at a time).

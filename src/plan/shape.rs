@@ -54,12 +54,12 @@ pub struct ModelShape {
     pub vocab: u64,
     /// Learned absolute position embeddings (GPT-2, BERT); 0 for rotary embeddings.
     #[serde(default)]
-    pub positions: u64,
+    pub(crate) positions: u64,
     /// Token-type (segment) embeddings (BERT); 0 for none.
     #[serde(default)]
     pub(crate) segments: u64,
     pub(crate) mlp: Mlp,
-    pub norm: Norm,
+    pub(crate) norm: Norm,
     /// Linear layers carry biases.
     #[serde(default)]
     pub(crate) bias: bool,
@@ -68,7 +68,7 @@ pub struct ModelShape {
     pub(crate) tied_embeddings: bool,
     /// Training-time dropout (p > 0) after attention probabilities and block outputs.
     #[serde(default)]
-    pub dropout: bool,
+    pub(crate) dropout: bool,
     /// A norm right after the embeddings (BERT).
     #[serde(default)]
     pub(crate) embedding_norm: bool,
@@ -129,8 +129,8 @@ pub enum Kind {
 pub struct Tensor {
     pub name: &'static str,
     pub place: Place,
-    pub kind: Kind,
-    pub count: u64,
+    pub(crate) kind: Kind,
+    pub(crate) count: u64,
 }
 
 impl ModelShape {

@@ -14,7 +14,7 @@
 //! Times are unix seconds: they are compared across processes, which share no `Instant`.
 
 pub mod cooldown;
-pub mod rank;
+pub(crate) mod rank;
 pub mod registry;
 pub mod victim;
 

@@ -106,9 +106,9 @@ impl EventCounts {
 
 /// The most recent event: its kind and when it happened (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LastEvent {
+pub(crate) struct LastEvent {
     // Field order matters: the derived `Ord` compares time first, so `max` picks the later event.
-    pub at: u64,
+    pub(crate) at: u64,
     pub kind: EventKind,
 }
 

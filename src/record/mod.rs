@@ -92,7 +92,7 @@ pub struct GpuPeak {
     /// The GPU's index as the job sees it (its position in `CUDA_VISIBLE_DEVICES`).
     pub index: u32,
     /// A short, stable id of the physical GPU ([`short_gpu_id`]); dropped first when space is short.
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Peak bytes used by the job's processes on this GPU.
     pub peak: u64,
 }
@@ -105,7 +105,7 @@ pub struct Facts {
     pub events: EventCounts,
     /// Restarts of the job that we caused (successful requeues, held or not).
     pub restarts: u32,
-    pub last_event: Option<LastEvent>,
+    pub(crate) last_event: Option<LastEvent>,
     /// When the entry was last written (Unix seconds); orders entries from oldest to newest.
     pub updated_at: u64,
 }
@@ -130,7 +130,7 @@ pub struct Totals {
     pub peak: u64,
     pub events: EventCounts,
     pub restarts: u32,
-    pub last_event: Option<LastEvent>,
+    pub(crate) last_event: Option<LastEvent>,
     /// The highest run recorded.
     pub latest_run: Option<u32>,
 }

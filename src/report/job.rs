@@ -29,8 +29,8 @@ pub struct Run {
     pub run: u32,
     pub state: String,
     pub start: String,
-    pub end: String,
-    pub nodes: String,
+    pub(crate) end: String,
+    pub(crate) nodes: String,
 }
 
 /// Whether the job's AdminComment holds our record.

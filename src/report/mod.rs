@@ -6,11 +6,11 @@
 //! the node's runtime directory and /proc; running `sacct` is
 //! [`crate::slurmctl::SlurmTools::sacct`]'s job.
 
-pub mod format;
-pub mod job;
-pub mod node;
+pub(crate) mod format;
+pub(crate) mod job;
+pub(crate) mod node;
 pub mod render;
-pub mod sacct;
+pub(crate) mod sacct;
 
 pub use job::{efficiency, job_reports, RecordState, Run};
 pub(crate) use node::{jobs_of_user, read_jobs};

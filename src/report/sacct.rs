@@ -36,7 +36,7 @@ pub struct SacctRow {
     pub state: String,
     /// `2024-06-10T06:00:00`, or `Unknown`/`None` before the run started.
     pub start: String,
-    pub end: String,
+    pub(crate) end: String,
     pub node_list: String,
     pub admin_comment: String,
 }

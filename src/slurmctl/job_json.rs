@@ -21,7 +21,7 @@ pub struct JobRecord {
     pub qos: String,
     pub user_id: u32,
     /// The job's nodes, expanded, in the order of [`JobRecord::gpus_by_node`].
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Per node, the GPU indices (Slurm's GRES index on that node) the job holds there, whole
     /// (`gpu`) or in part (`shard`); empty for a node where it holds none.
     pub(crate) gpus_by_node: Vec<Vec<u32>>,

@@ -22,7 +22,7 @@
 mod admin_comment;
 mod classify;
 mod error;
-pub mod hostlist;
+pub(crate) mod hostlist;
 mod job_info;
 mod job_json;
 mod run;

@@ -9,13 +9,13 @@
 //! Fail-safe: when NVML, attribution or Slurm fails, the watchdog logs, backs off and leaves the
 //! job running. It acts only on its own job, and only on a fresh confirmation of the overuse.
 
-pub mod contend;
+pub(crate) mod contend;
 pub mod control;
 pub(crate) mod daemon;
 pub mod gpu;
 pub mod ladder;
 pub mod leftovers;
-pub mod log;
+pub(crate) mod log;
 mod shared_record;
 pub mod status;
 

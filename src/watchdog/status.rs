@@ -56,7 +56,7 @@ pub struct GpuStatus {
 /// The soonest predicted crossing of the quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PredictionStatus {
-    pub gpu_index: u32,
+    pub(crate) gpu_index: u32,
     pub seconds_to_quota: u64,
     /// In hundredths (62 = 0.62), as `GPU_MEM_QUOTA_BATCH_SCALE`; a number (`0.62`) in the file.
     #[serde(with = "hundredths")]
