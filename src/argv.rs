@@ -151,6 +151,17 @@ impl Spec {
 
     /// Prints `gpu-mem-quota COMMAND: message` and the help (or where to find it) to stderr;
     /// returns status 2.
+    /// [`Spec::parse`], then the command's own reading of what was parsed (`read`), whose `Err`
+    /// is a usage error. `Err`: the exit code to return now (help printed, or the error said).
+    pub(crate) fn parse_with<T>(
+        &self,
+        argv: &[String],
+        read: impl FnOnce(&Parsed) -> Result<T, String>,
+    ) -> Result<T, ExitCode> {
+        let parsed = self.parse(argv)?;
+        read(&parsed).map_err(|message| self.usage_error(&message))
+    }
+
     pub(crate) fn usage_error(&self, message: &str) -> ExitCode {
         let command = self.command;
         if self.error_shows_help {

@@ -64,13 +64,9 @@ pub(crate) const SPEC: Spec = Spec {
 };
 
 pub(super) fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match SPEC.parse(&argv) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    let options = match options(&parsed) {
+    let options = match SPEC.parse_with(&argv, options) {
         Ok(options) => options,
-        Err(message) => return SPEC.usage_error(&message),
+        Err(status) => return status,
     };
     let path = options.path.as_str();
     let config = match config::load(Path::new(path)) {

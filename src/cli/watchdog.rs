@@ -25,12 +25,8 @@ pub(crate) const SPEC: Spec = Spec {
 };
 
 pub(super) fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match SPEC.parse(&argv) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    match Params::from_parsed(&parsed) {
+    match SPEC.parse_with(&argv, Params::from_parsed) {
         Ok(params) => daemon::run(params),
-        Err(e) => SPEC.usage_error(&e),
+        Err(status) => status,
     }
 }

@@ -87,19 +87,8 @@ impl Query {
                     ))
                 }
             }
-            Query::User {
-                user,
-                account,
-                start,
-                end,
-            } => {
-                let named = [
-                    ("--user", Some(user)),
-                    ("--account", account.as_ref()),
-                    ("-S", start.as_ref()),
-                    ("-E", end.as_ref()),
-                ];
-                for (option, value) in named {
+            Query::User { .. } => {
+                for (option, _, value) in self.user_values() {
                     if let Some(v) = value {
                         if v.is_empty() || v.starts_with('-') || v.chars().any(char::is_control) {
                             return Err(format!("invalid {option} '{}'", v.escape_debug()));
@@ -119,19 +108,8 @@ impl Query {
         args.push(format!("--format={}", FIELDS.join(",")));
         match self {
             Query::Job(id) => args.extend(["--jobs".to_string(), id.clone()]),
-            Query::User {
-                user,
-                account,
-                start,
-                end,
-            } => {
-                args.extend(["--user".to_string(), user.clone()]);
-                let optional = [
-                    ("--accounts", account),
-                    ("--starttime", start),
-                    ("--endtime", end),
-                ];
-                for (option, value) in optional {
+            Query::User { .. } => {
+                for (_, option, value) in self.user_values() {
                     if let Some(v) = value {
                         args.extend([option.to_string(), v.clone()]);
                     }
@@ -139,6 +117,25 @@ impl Query {
             }
         }
         args
+    }
+
+    /// A user query's values, each with the option the user gave it by and sacct's option for it;
+    /// none for a job query.
+    fn user_values(&self) -> Vec<(&'static str, &'static str, Option<&String>)> {
+        match self {
+            Query::Job(_) => Vec::new(),
+            Query::User {
+                user,
+                account,
+                start,
+                end,
+            } => vec![
+                ("--user", "--user", Some(user)),
+                ("--account", "--accounts", account.as_ref()),
+                ("-S", "--starttime", start.as_ref()),
+                ("-E", "--endtime", end.as_ref()),
+            ],
+        }
     }
 }
 
