@@ -12,13 +12,13 @@ pub type Policy = Result<Config, Unusable>;
 
 /// Accepted on the submit host; `warning` is printed to the user (a broken, fail-open policy).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SubmitVerdict {
-    pub warning: Option<String>,
+pub(crate) struct SubmitVerdict {
+    pub(crate) warning: Option<String>,
 }
 
 /// Checks a valid `--gpu-mem-quota` request against the caps that can be known on the submit host.
 /// `Err` is the refusal to print; nothing is submitted. The node checks again, authoritatively.
-pub fn on_submit(request: ByteSize, policy: &Policy, who: &Identity) -> Result<SubmitVerdict, String> {
+pub(crate) fn on_submit(request: ByteSize, policy: &Policy, who: &Identity) -> Result<SubmitVerdict, String> {
     let config = match policy {
         Ok(config) => config,
         Err(unusable) => {
@@ -45,9 +45,9 @@ pub struct NodeVerdict {
     /// The quota per GPU to put in the environment; `None` leaves the environment untouched.
     pub quota: Option<ByteSize>,
     /// One line for the log saying what was decided and why.
-    pub note: String,
+    pub(crate) note: String,
     /// Something an admin must see (logged as an error), the job runs anyway.
-    pub alarm: Option<String>,
+    pub(crate) alarm: Option<String>,
 }
 
 /// Decides a step on the node. `request` is the raw option value (from the job environment, so
@@ -141,7 +141,7 @@ pub fn on_node(
 
 /// Whether the policy has rules whose choice depends on the job's account, partition or QOS: then
 /// the node must know them (from slurmctld) to decide.
-pub fn depends_on_identity(config: &Config) -> bool {
+pub(crate) fn depends_on_identity(config: &Config) -> bool {
     [RuleKind::Account, RuleKind::Partition, RuleKind::Qos]
         .into_iter()
         .any(|kind| config.rules(kind).is_some_and(|rules| !rules.is_empty()))

@@ -15,7 +15,7 @@ use lexopt::Arg;
 pub struct Opt {
     pub long: &'static str,
     pub short: Option<char>,
-    pub takes_value: bool,
+    takes_value: bool,
 }
 
 impl Opt {
@@ -52,7 +52,7 @@ pub struct Parsed {
     values: BTreeMap<&'static str, String>,
     flags: Vec<&'static str>,
     /// The words that are not options, in order.
-    pub positional: Vec<String>,
+    pub(crate) positional: Vec<String>,
     /// `-h` or `--help` was given.
     pub help: bool,
 }
@@ -125,12 +125,12 @@ pub struct Spec {
     pub command: &'static str,
     pub options: &'static [Opt],
     /// The most words that are not options (check-config's PATH: 1; the others: 0).
-    pub max_positional: usize,
+    pub(crate) max_positional: usize,
     /// The text `--help` prints.
     pub help: fn() -> String,
     /// Whether a usage error is followed by the whole help (short ones) or by a pointer to
     /// `--help` (plan's help is long).
-    pub error_shows_help: bool,
+    pub(crate) error_shows_help: bool,
 }
 
 impl Spec {
@@ -151,7 +151,18 @@ impl Spec {
 
     /// Prints `gpu-mem-quota COMMAND: message` and the help (or where to find it) to stderr;
     /// returns status 2.
-    pub fn usage_error(&self, message: &str) -> ExitCode {
+    /// [`Spec::parse`], then the command's own reading of what was parsed (`read`), whose `Err`
+    /// is a usage error. `Err`: the exit code to return now (help printed, or the error said).
+    pub(crate) fn parse_with<T>(
+        &self,
+        argv: &[String],
+        read: impl FnOnce(&Parsed) -> Result<T, String>,
+    ) -> Result<T, ExitCode> {
+        let parsed = self.parse(argv)?;
+        read(&parsed).map_err(|message| self.usage_error(&message))
+    }
+
+    pub(crate) fn usage_error(&self, message: &str) -> ExitCode {
         let command = self.command;
         if self.error_shows_help {
             eprintln!("gpu-mem-quota {command}: {message}\n\n{}", (self.help)());

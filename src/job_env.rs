@@ -3,15 +3,15 @@
 use crate::size::ByteSize;
 
 /// The job's quota per GPU, in bytes.
-pub const QUOTA_BYTES: &str = "GPU_MEM_QUOTA_BYTES";
+const QUOTA_BYTES: &str = "GPU_MEM_QUOTA_BYTES";
 /// The same quota in Slurm's normalised form (`40G`).
-pub const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
+const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
 /// Where the job's watchdog writes its status (JSON, see `watchdog::status`), readable by the job.
 pub const STATUS_FILE: &str = "GPU_MEM_QUOTA_STATUS_FILE";
 
 /// Every variable the plugin writes to tell a job its quota: those it did not write for this job
 /// are removed (a job submitted from inside another job inherits them).
-pub const QUOTA_VARS: [&str; 3] = [QUOTA_BYTES, QUOTA_HUMAN, STATUS_FILE];
+pub(crate) const QUOTA_VARS: [&str; 3] = [QUOTA_BYTES, QUOTA_HUMAN, STATUS_FILE];
 
 /// The variables that tell a job its quota.
 pub fn quota_vars(quota: ByteSize) -> Vec<(&'static str, String)> {

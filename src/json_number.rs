@@ -20,7 +20,7 @@ pub fn rounded<S: Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
 }
 
 /// [`rounded`], or `null` for `None`.
-pub fn rounded_opt<S: Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn rounded_opt<S: Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
     match x {
         Some(x) => rounded(x, s),
         None => s.serialize_none(),

@@ -71,7 +71,7 @@ pub fn file_name(job_id: u32) -> String {
 
 /// The job a file in the collector directory belongs to, if it is one of ours. For sweeping files
 /// left by a watchdog that could not clean up.
-pub fn job_of_file_name(name: &str) -> Option<u32> {
+pub(crate) fn job_of_file_name(name: &str) -> Option<u32> {
     let id = name.strip_prefix(FILE_PREFIX)?.strip_suffix(FILE_SUFFIX)?;
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || (id.len() > 1 && id.starts_with('0')) {
         return None;
@@ -126,7 +126,7 @@ fn header(out: &mut String, family: &Family) {
 }
 
 /// A label value as the text format requires: backslash, double quote and newline escaped.
-pub fn escape_label_value(value: &str) -> String {
+fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for c in value.chars() {
         match c {

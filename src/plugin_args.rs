@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use crate::config::values::{parse_on_config_error, OnConfigError};
 
 /// The policy file when the plugstack line names none (the same as `check-config`'s default).
-pub const DEFAULT_CONFIG: &str = crate::config::DEFAULT_PATH;
-pub const DEFAULT_WATCHDOG: &str = "/usr/local/sbin/gpu-mem-quota";
+pub(crate) const DEFAULT_CONFIG: &str = crate::config::DEFAULT_PATH;
+const DEFAULT_WATCHDOG: &str = "/usr/local/sbin/gpu-mem-quota";
 
 /// Every key the plugstack line accepts, with what it means (for error messages and docs).
-pub const KEYS: &[(&str, &str)] = &[
+const KEYS: &[(&str, &str)] = &[
     ("config", "absolute path of the admin policy (TOML)"),
     (
         "on_config_error",

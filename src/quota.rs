@@ -292,7 +292,7 @@ fn default_quota(
 /// more specific than it. What the node enforces when slurmctld cannot tell it the job's account,
 /// partition or QOS: an unknown identity never widens a cap. Percents unresolvable without the GPU
 /// size are left out.
-pub fn strictest_cap(config: &Config, who: &Identity, gpu_total: Option<ByteSize>) -> Option<Cap> {
+pub(crate) fn strictest_cap(config: &Config, who: &Identity, gpu_total: Option<ByteSize>) -> Option<Cap> {
     let gpu_bytes = gpu_total.or(config.gpu_memory);
     let mut candidates: Vec<Cap> = Vec::new();
     let mut consider = |kind: RuleKind, name: &str, rule: &Rule| {

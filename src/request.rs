@@ -5,7 +5,7 @@ use std::fmt;
 use crate::size::{parse_size, ByteSize, SizeError};
 
 /// `--gpu-mem-quota=SIZE`: the GPU memory the job may use on each GPU it is given.
-pub const QUOTA_OPTION: &str = "gpu-mem-quota";
+pub(crate) const QUOTA_OPTION: &str = "gpu-mem-quota";
 
 /// A bad option value; the message names the option and the value, as users need to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]

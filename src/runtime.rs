@@ -34,7 +34,7 @@ use crate::trusted_dir::TrustedDir;
 pub const STATUS_FILE: &str = "status.json";
 pub const LOCK_FILE: &str = "watchdog.lock";
 pub const PID_FILE: &str = "watchdog.pid";
-pub const INVENTORY_FILE: &str = "gpus";
+pub(crate) const INVENTORY_FILE: &str = "gpus";
 /// The watchdog's latest record entry for this node and run (our AdminComment format), which the
 /// plugin writes into the job's AdminComment when the batch script ends, while slurmctld still
 /// accepts updates.
@@ -48,7 +48,7 @@ pub fn job_dir(runtime_dir: &Path, job_id: u32) -> PathBuf {
     jobs_dir(runtime_dir).join(job_id.to_string())
 }
 
-pub fn status_file(runtime_dir: &Path, job_id: u32) -> PathBuf {
+pub(crate) fn status_file(runtime_dir: &Path, job_id: u32) -> PathBuf {
     job_dir(runtime_dir, job_id).join(STATUS_FILE)
 }
 
@@ -59,7 +59,7 @@ const JOB_DIRS_MODE: u32 = 0o711;
 
 /// Opens `runtime_dir`, making it (root 0755) when missing; an existing one is refused, left as it
 /// is, unless it is a real directory owned by root and writable by nobody else (no sticky bit).
-pub fn open_runtime_dir(runtime_dir: &Path) -> io::Result<TrustedDir> {
+pub(crate) fn open_runtime_dir(runtime_dir: &Path) -> io::Result<TrustedDir> {
     TrustedDir::open_or_create(runtime_dir, RUNTIME_DIR_MODE)
 }
 
@@ -72,7 +72,7 @@ pub fn create_job_dir(runtime_dir: &Path, job_id: u32) -> io::Result<PathBuf> {
 }
 
 /// Removes the job's directory and everything in it (a job that is gone needs none of it).
-pub fn remove_job_dir(runtime_dir: &Path, job_id: u32) -> io::Result<()> {
+pub(crate) fn remove_job_dir(runtime_dir: &Path, job_id: u32) -> io::Result<()> {
     match fs::remove_dir_all(job_dir(runtime_dir, job_id)) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         other => other,
@@ -80,7 +80,7 @@ pub fn remove_job_dir(runtime_dir: &Path, job_id: u32) -> io::Result<()> {
 }
 
 /// Opens (creating) a file in a root-owned directory without following a symlink.
-pub fn open_private(path: &Path, mode: u32) -> io::Result<fs::File> {
+fn open_private(path: &Path, mode: u32) -> io::Result<fs::File> {
     fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -100,7 +100,7 @@ pub fn try_lock(dir: &Path) -> io::Result<Option<fs::File>> {
 /// Opens (creating, 0600, see [`open_private`]) `path` and takes an exclusive lock on it without
 /// waiting (std's `File::try_lock`: flock on Linux): `Ok(None)` when someone else holds it. The
 /// lock lives as long as the returned file.
-pub fn try_lock_file(path: &Path) -> io::Result<Option<fs::File>> {
+pub(crate) fn try_lock_file(path: &Path) -> io::Result<Option<fs::File>> {
     let file = open_private(path, 0o600)?;
     match file.try_lock() {
         Ok(()) => Ok(Some(file)),
@@ -118,7 +118,7 @@ pub fn write_pid_file(dir: &Path, me: ProcessIdentity) -> io::Result<()> {
 }
 
 /// The watchdog recorded in the job's directory, if its file is there and well formed.
-pub fn read_pid_file(runtime_dir: &Path, job_id: u32) -> Option<ProcessIdentity> {
+pub(crate) fn read_pid_file(runtime_dir: &Path, job_id: u32) -> Option<ProcessIdentity> {
     let text = fs::read_to_string(job_dir(runtime_dir, job_id).join(PID_FILE)).ok()?;
     let mut words = text.split_whitespace();
     let pid = words.next()?.parse().ok()?;

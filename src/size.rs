@@ -30,7 +30,7 @@ impl ByteSize {
     }
 
     /// Rounds down to a whole MiB, so that a size computed from a fraction prints in Slurm syntax.
-    pub const fn floor_mib(self) -> ByteSize {
+    pub(crate) const fn floor_mib(self) -> ByteSize {
         ByteSize(self.0 / MIB * MIB)
     }
 }

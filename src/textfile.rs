@@ -32,7 +32,7 @@ pub struct Access {
 
 impl Access {
     /// Readable by node_exporter (or the plugin in the job's task) whatever user it runs as.
-    pub const EVERYONE: Access = Access {
+    const EVERYONE: Access = Access {
         mode: 0o644,
         owner: None,
     };
@@ -67,7 +67,7 @@ pub fn write_atomically_as(dir: &Path, name: &str, text: &str, access: Access) -
 }
 
 /// [`write_atomically_as`] in a directory already open.
-pub fn write_in(dir: &TrustedDir, name: &str, text: &str, access: Access) -> io::Result<()> {
+fn write_in(dir: &TrustedDir, name: &str, text: &str, access: Access) -> io::Result<()> {
     check_name(name)?;
     let pid = std::process::id();
     // A name already there is a leftover of an earlier process with our pid (or planted: with
@@ -103,7 +103,7 @@ pub fn remove(dir: &Path, name: &str) -> io::Result<()> {
 }
 
 /// [`remove`] in a directory already open.
-pub fn remove_in(dir: &TrustedDir, name: &str) -> io::Result<()> {
+pub(crate) fn remove_in(dir: &TrustedDir, name: &str) -> io::Result<()> {
     check_name(name)?;
     match dir.unlink(name) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -113,7 +113,7 @@ pub fn remove_in(dir: &TrustedDir, name: &str) -> io::Result<()> {
 
 /// The file a temporary name stands for: `.NAME.PID.N.tmp` (and `.NAME.tmp`, the fixed name of
 /// earlier versions) give `NAME`; anything else `None`.
-pub fn temporary_target(file_name: &str) -> Option<&str> {
+fn temporary_target(file_name: &str) -> Option<&str> {
     let inner = file_name.strip_prefix('.')?.strip_suffix(".tmp")?;
     let numbered = inner.rsplit_once('.').and_then(|(rest, n)| {
         let (target, pid) = rest.rsplit_once('.')?;

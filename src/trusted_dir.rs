@@ -115,7 +115,7 @@ fn check(ret: libc::c_int) -> io::Result<()> {
     }
 }
 
-pub fn euid() -> u32 {
+pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() }
 }
@@ -150,7 +150,7 @@ impl TrustedDir {
 
     /// [`TrustedDir::open`], creating the directory with `mode` (owned by us) when it is missing.
     /// Only the last component is created: its parent must exist.
-    pub fn open_or_create(path: &Path, mode: u32) -> io::Result<TrustedDir> {
+    pub(crate) fn open_or_create(path: &Path, mode: u32) -> io::Result<TrustedDir> {
         let c = c_path(path)?;
         // SAFETY: c is a NUL-terminated path.
         let created = match check(unsafe { libc::mkdir(c.as_ptr(), 0o700) }) {
@@ -168,17 +168,17 @@ impl TrustedDir {
         Ok(dir)
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn as_raw_fd(&self) -> libc::c_int {
+    pub(crate) fn as_raw_fd(&self) -> libc::c_int {
         self.fd.as_raw_fd()
     }
 
     /// `self/name` as a directory of ours with `mode`: made when missing; when there, it must be
     /// a real directory owned by us, and its owner (us, our group) and mode are set to ours.
-    pub fn child_dir(&self, name: &str, mode: u32) -> io::Result<TrustedDir> {
+    pub(crate) fn child_dir(&self, name: &str, mode: u32) -> io::Result<TrustedDir> {
         let c = c_name(name)?;
         let path = self.path.join(name);
         // SAFETY: the fd is open; c is a plain NUL-terminated name.
@@ -200,7 +200,7 @@ impl TrustedDir {
 
     /// Opens the existing directory `self/name` when it is a real directory owned by us;
     /// `Ok(None)` when there is none. Its mode is not checked here: it is ours to set.
-    pub fn open_child(&self, name: &str) -> io::Result<Option<TrustedDir>> {
+    pub(crate) fn open_child(&self, name: &str) -> io::Result<Option<TrustedDir>> {
         let c = c_name(name)?;
         let path = self.path.join(name);
         // SAFETY: the fd is open; c is a plain NUL-terminated name.
@@ -230,13 +230,13 @@ impl TrustedDir {
 
     /// Creates `self/name` exclusively (never through a symlink) for writing, with `mode` before
     /// the umask.
-    pub fn create_new_file(&self, name: &str, mode: u32) -> io::Result<File> {
+    pub(crate) fn create_new_file(&self, name: &str, mode: u32) -> io::Result<File> {
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
         self.open_file(name, flags, mode)
     }
 
     /// `openat(self, name, flags, mode)`, `O_NOFOLLOW` always added; errors name the file.
-    pub fn open_file(&self, name: &str, flags: libc::c_int, mode: u32) -> io::Result<File> {
+    pub(crate) fn open_file(&self, name: &str, flags: libc::c_int, mode: u32) -> io::Result<File> {
         let c = c_name(name)?;
         let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
         // SAFETY: the fd is open; c is a plain NUL-terminated name; the result is checked.
@@ -260,7 +260,7 @@ impl TrustedDir {
     }
 
     /// Removes the file `self/name` (a symlink is removed, not followed); `NotFound` is an error.
-    pub fn unlink(&self, name: &str) -> io::Result<()> {
+    pub(crate) fn unlink(&self, name: &str) -> io::Result<()> {
         let c = c_name(name)?;
         // SAFETY: the fd is open; c is plain and NUL-terminated.
         check(unsafe { libc::unlinkat(self.as_raw_fd(), c.as_ptr(), 0) })
@@ -268,7 +268,7 @@ impl TrustedDir {
     }
 
     /// `lstat` of `self/name`, relative to the descriptor; `Ok(None)` when there is none.
-    pub fn stat_child(&self, name: &str) -> io::Result<Option<libc::stat>> {
+    pub(crate) fn stat_child(&self, name: &str) -> io::Result<Option<libc::stat>> {
         let c = c_name(name)?;
         // SAFETY: a zeroed stat is a valid buffer.
         let mut stat: libc::stat = unsafe { std::mem::zeroed() };

@@ -128,7 +128,7 @@ impl Owner {
 /// Whether the process `owner` describes counts against the job `job_id` of user `job_uid`, as
 /// listed on a GPU that is (`on_job_gpu`) or is not one of the job's. Pure; the rule is in the
 /// module docs.
-pub fn counts_for_job(owner: &Owner, job_id: u32, job_uid: u32, on_job_gpu: bool) -> bool {
+pub(crate) fn counts_for_job(owner: &Owner, job_id: u32, job_uid: u32, on_job_gpu: bool) -> bool {
     let Owner::Process { real_uid, claims, .. } = owner else {
         return false;
     };

@@ -51,7 +51,7 @@ fn read(proc_root: &Path, pid: u32, file: &str, limit: u64) -> Option<Vec<u8>> {
 
 /// Parses `/proc/PID/stat`: `pid (comm) state ppid ... starttime ...`. `comm` may contain spaces
 /// and parentheses, so it ends at the *last* `)`; the fields after it are plain numbers.
-pub(crate) fn parse_stat(bytes: &[u8]) -> Option<ProcStat> {
+fn parse_stat(bytes: &[u8]) -> Option<ProcStat> {
     let open = bytes.iter().position(|&b| b == b'(')?;
     let close = bytes.iter().rposition(|&b| b == b')')?;
     if close < open {
@@ -73,7 +73,7 @@ pub(crate) fn parse_stat(bytes: &[u8]) -> Option<ProcStat> {
 }
 
 /// The real uid from `/proc/PID/status` (`Uid:\treal\teffective\tsaved\tfs`).
-pub(crate) fn parse_real_uid(status: &[u8]) -> Option<u32> {
+fn parse_real_uid(status: &[u8]) -> Option<u32> {
     status
         .split(|&b| b == b'\n')
         .find_map(|line| line.strip_prefix(b"Uid:"))

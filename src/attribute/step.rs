@@ -20,7 +20,7 @@ pub enum Step {
 
 impl Step {
     /// The step named `name` (the part after `step_` or after `<job>.`). `None` for an empty name.
-    pub fn from_name(name: &str) -> Option<Step> {
+    pub(crate) fn from_name(name: &str) -> Option<Step> {
         Some(match name {
             "" => return None,
             "batch" => Step::Batch,

@@ -36,7 +36,7 @@ pub(crate) fn made_by_slurm(cgroup_root: &Path, controllers: &str, path: &str) -
 }
 
 /// A file only `owner` can write: owned by it, no write bit for group or others. Pure.
-pub(crate) fn only_owner_writes(file_uid: u32, mode: u32, owner: u32) -> bool {
+fn only_owner_writes(file_uid: u32, mode: u32, owner: u32) -> bool {
     file_uid == owner && mode & 0o022 == 0
 }
 

@@ -45,7 +45,7 @@ struct Job {
     gpu_size: Option<ByteSize>,
 }
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "check-config",
     // Every option with a value describes the job to explain.
     options: &[
@@ -63,14 +63,10 @@ pub const SPEC: Spec = Spec {
     error_shows_help: true,
 };
 
-pub fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match SPEC.parse(&argv) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    let options = match options(&parsed) {
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
+    let options = match SPEC.parse_with(&argv, options) {
         Ok(options) => options,
-        Err(message) => return SPEC.usage_error(&message),
+        Err(status) => return status,
     };
     let path = options.path.as_str();
     let config = match config::load(Path::new(path)) {

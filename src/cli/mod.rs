@@ -3,7 +3,7 @@
 //! in one [`args::Spec`].
 
 /// The argument parser, shared with the watchdog's command line (`launch::params`).
-pub use crate::argv as args;
+pub(crate) use crate::argv as args;
 mod check_config;
 mod plan;
 mod report;
@@ -21,7 +21,7 @@ pub struct Command {
 }
 
 /// Every command, in the order `--help` lists them.
-pub const COMMANDS: &[Command] = &[
+const COMMANDS: &[Command] = &[
     Command {
         spec: &check_config::SPEC,
         summary: "validate the admin policy; --explain an identity's quota",

@@ -56,7 +56,7 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("json"),
 ];
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "plan",
     options: OPTIONS,
     max_positional: 0,
@@ -144,7 +144,7 @@ Example:
 }
 
 /// Runs the command; see `help()`.
-pub fn run(argv: Vec<String>) -> ExitCode {
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
     let parsed = match SPEC.parse(&argv) {
         Ok(parsed) => parsed,
         Err(status) => return status,
@@ -203,7 +203,7 @@ fn choice<T: Copy>(p: &Parsed, key: &str, choices: &[(T, &str)], default: T) -> 
 }
 
 /// A parameter count: a whole number, a decimal with a K/M/B/T suffix (7.5B), or an exponent (6.74e9).
-pub fn parse_count(text: &str) -> Result<u64, String> {
+fn parse_count(text: &str) -> Result<u64, String> {
     let bad = || {
         format!(
             "invalid --params '{}': expected a count such as 7.5B, 350M or 6.74e9",

@@ -35,7 +35,7 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("json"),
 ];
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "report",
     options: OPTIONS,
     max_positional: 0,
@@ -43,16 +43,11 @@ pub const SPEC: Spec = Spec {
     error_shows_help: true,
 };
 
-pub fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match SPEC.parse(&argv) {
-        Ok(parsed) => parsed,
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
+    let (query, json) = match SPEC.parse_with(&argv, |parsed| Ok((query(parsed)?, parsed.flag("json")))) {
+        Ok(read) => read,
         Err(status) => return status,
     };
-    let query = match query(&parsed) {
-        Ok(query) => query,
-        Err(message) => return SPEC.usage_error(&message),
-    };
-    let json = parsed.flag("json");
     let mut slurm = SlurmTools::find();
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         slurm = slurm.with_slurm_conf(&conf);

@@ -23,7 +23,7 @@ status files under the policy's runtime_dir; users see their own jobs, root sees
   -h, --help     this help
 ";
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "status",
     options: &[Opt::value("config"), Opt::flag("json")],
     max_positional: 0,
@@ -31,7 +31,7 @@ pub const SPEC: Spec = Spec {
     error_shows_help: true,
 };
 
-pub fn run(argv: Vec<String>) -> ExitCode {
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
     let parsed = match SPEC.parse(&argv) {
         Ok(parsed) => parsed,
         Err(status) => return status,

@@ -16,7 +16,7 @@ The SPANK plugin starts it (as root, detached, with a clean environment) and sto
 ends on the node; it is not meant to be run by hand except to debug.
 ";
 
-pub const SPEC: Spec = Spec {
+pub(crate) const SPEC: Spec = Spec {
     command: "watchdog",
     options: Params::OPTIONS,
     max_positional: 0,
@@ -24,13 +24,9 @@ pub const SPEC: Spec = Spec {
     error_shows_help: true,
 };
 
-pub fn run(argv: Vec<String>) -> ExitCode {
-    let parsed = match SPEC.parse(&argv) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    match Params::from_parsed(&parsed) {
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
+    match SPEC.parse_with(&argv, Params::from_parsed) {
         Ok(params) => daemon::run(params),
-        Err(e) => SPEC.usage_error(&e),
+        Err(status) => status,
     }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 pub struct ConfigError {
     /// 1-based line and column (in characters) of the offending text; 0 when the parser gave no place.
     pub line: usize,
-    pub column: usize,
+    pub(crate) column: usize,
     /// Where in the policy, as an admin writes it: `[account.physics] max`, `[enforcement]`;
     /// empty when not known (a syntax error before any table).
     pub key: String,
@@ -80,7 +80,7 @@ impl fmt::Display for LoadError {
 impl std::error::Error for LoadError {}
 
 /// 1-based line and column (in characters) of a byte offset in `text`.
-pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let offset = floor_char_boundary(text, offset.min(text.len()));
     let before = &text[..offset];
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
@@ -98,7 +98,7 @@ fn floor_char_boundary(text: &str, mut offset: usize) -> usize {
 /// An error from the TOML parser (syntax, unknown key, wrong shape), placed in the file.
 /// The parser names no key path, so it is read back from the text: the last `[table]` header
 /// at or above the error, and the bare key under the error's span.
-pub fn from_toml(text: &str, error: &toml::de::Error) -> ConfigError {
+pub(crate) fn from_toml(text: &str, error: &toml::de::Error) -> ConfigError {
     let message = error.message().trim_end().replace('\n', "; ");
     let Some(span) = error.span() else {
         return ConfigError {
@@ -157,7 +157,7 @@ fn key_path_at(text: &str, span: Range<usize>, line: usize) -> String {
 }
 
 /// Writes a table name as a TOML key: bare when it can be, quoted otherwise (`"j.doe"`).
-pub fn toml_key(name: &str) -> String {
+pub(crate) fn toml_key(name: &str) -> String {
     let bare = !name.is_empty()
         && name
             .bytes()

@@ -20,15 +20,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use error::{toml_key, ConfigError, ConfigErrors, LoadError};
+pub use error::LoadError;
+pub(crate) use error::{toml_key, ConfigErrors};
 pub use preemption::{AfterMax, PreemptSettings, RankKind, Ranks};
 pub use render::render;
-pub use values::{Action, Amount, DefaultQuota, OnConfigError, Percent};
+pub(crate) use values::Percent;
+pub use values::{Action, Amount, DefaultQuota, OnConfigError};
 
 use crate::size::ByteSize;
 
 /// Where the plugin and `check-config` look when told nothing else.
-pub const DEFAULT_PATH: &str = "/etc/slurm/gpu-mem-quota.toml";
+pub(crate) const DEFAULT_PATH: &str = "/etc/slurm/gpu-mem-quota.toml";
 
 /// The kinds of rule, each a table family in the file (`[user.NAME]`, ... and `[defaults]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,7 +67,7 @@ impl RuleKind {
     }
 
     /// The word an admin uses for it in a sentence (`account 'physics'`, `QOS 'low'`).
-    pub const fn noun(self) -> &'static str {
+    pub(crate) const fn noun(self) -> &'static str {
         match self {
             RuleKind::User => "user",
             RuleKind::Account => "account",
@@ -202,7 +204,7 @@ impl Default for Metrics {
 
 impl Config {
     /// The named rules of one kind; `None` for [`RuleKind::Defaults`], which has no names.
-    pub fn rules(&self, kind: RuleKind) -> Option<&BTreeMap<String, Rule>> {
+    pub(crate) fn rules(&self, kind: RuleKind) -> Option<&BTreeMap<String, Rule>> {
         match kind {
             RuleKind::User => Some(&self.users),
             RuleKind::Account => Some(&self.accounts),
@@ -252,40 +254,40 @@ pub struct Enforcement {
 }
 
 /// The built-in enforcement settings and the limits `validate` holds settings to.
-pub mod limits {
+pub(crate) mod limits {
     use std::time::Duration;
 
-    pub const INTERVAL: Duration = Duration::from_secs(2);
-    pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
-    pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
-    pub const WARN_THRESHOLD: f64 = 0.9;
-    pub const GRACE: Duration = Duration::from_secs(10);
-    pub const MAX_GRACE: Duration = Duration::from_secs(3600);
-    pub const GRACE_OVER_SHARE: f64 = 0.5;
-    pub const MAX_REQUEUES: u32 = 3;
-    pub const MAX_REQUEUES_LIMIT: u32 = 100;
-    pub const NVML_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
-    pub const RUNTIME_DIR: &str = "/run/gpu-mem-quota";
-    pub const STATE_DIR: &str = "/var/lib/gpu-mem-quota";
+    pub(crate) const INTERVAL: Duration = Duration::from_secs(2);
+    pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
+    pub(crate) const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+    pub(crate) const WARN_THRESHOLD: f64 = 0.9;
+    pub(crate) const GRACE: Duration = Duration::from_secs(10);
+    pub(crate) const MAX_GRACE: Duration = Duration::from_secs(3600);
+    pub(crate) const GRACE_OVER_SHARE: f64 = 0.5;
+    pub(crate) const MAX_REQUEUES: u32 = 3;
+    pub(crate) const MAX_REQUEUES_LIMIT: u32 = 100;
+    pub(crate) const NVML_LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+    pub(crate) const RUNTIME_DIR: &str = "/run/gpu-mem-quota";
+    pub(crate) const STATE_DIR: &str = "/var/lib/gpu-mem-quota";
 
     /// `[frameworks] context_reserve` must be below this (and above 0): no GPU's context is that big.
-    pub const MAX_CONTEXT_RESERVE: crate::size::ByteSize = crate::size::ByteSize::from_bytes(64 << 30);
+    pub(crate) const MAX_CONTEXT_RESERVE: crate::size::ByteSize = crate::size::ByteSize::from_bytes(64 << 30);
     /// `[hints] near_margin` is at most this, `safety_margin` below it: half the quota is already
     /// far from an OOM.
-    pub const MAX_HINT_MARGIN: f64 = 0.5;
-    pub const MIN_HORIZON: Duration = Duration::from_secs(10);
-    pub const MAX_HORIZON: Duration = Duration::from_secs(24 * 3600);
+    pub(crate) const MAX_HINT_MARGIN: f64 = 0.5;
+    pub(crate) const MIN_HORIZON: Duration = Duration::from_secs(10);
+    pub(crate) const MAX_HORIZON: Duration = Duration::from_secs(24 * 3600);
 
     /// `[preemption] horizon`: 0 turns trend-based contention off; beyond an hour a trend says little.
-    pub const MAX_PREEMPT_HORIZON: Duration = Duration::from_secs(3600);
+    pub(crate) const MAX_PREEMPT_HORIZON: Duration = Duration::from_secs(3600);
     /// `[preemption] cooldown`: at least a second (0 would let a GPU preempt a job every sample).
-    pub const MIN_PREEMPT_COOLDOWN: Duration = Duration::from_secs(1);
-    pub const MAX_PREEMPT_COOLDOWN: Duration = Duration::from_secs(24 * 3600);
-    pub const MAX_PREEMPTIONS_LIMIT: u32 = 100;
+    pub(crate) const MIN_PREEMPT_COOLDOWN: Duration = Duration::from_secs(1);
+    pub(crate) const MAX_PREEMPT_COOLDOWN: Duration = Duration::from_secs(24 * 3600);
+    pub(crate) const MAX_PREEMPTIONS_LIMIT: u32 = 100;
     /// `[preemption] heartbeat_timeout`: heartbeats are compared in whole seconds, so below 2 s a
     /// live watchdog could look stale between two of its samples.
-    pub const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
-    pub const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3600);
+    pub(crate) const MIN_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+    pub(crate) const MAX_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3600);
 }
 
 impl Default for Enforcement {
@@ -321,7 +323,7 @@ pub fn parse(text: &str, file: &str) -> Result<Config, ConfigErrors> {
 
 /// What is wrong, on this machine, with the directories that the valid policy `text` names for
 /// root's files (see [`validate::directories_here`]); `file` names the file in messages.
-pub fn check_directories_here(text: &str, file: &str) -> Result<(), ConfigErrors> {
+pub(crate) fn check_directories_here(text: &str, file: &str) -> Result<(), ConfigErrors> {
     let raw: raw::RawConfig = toml::from_str(text).map_err(|e| ConfigErrors {
         file: file.to_string(),
         errors: vec![error::from_toml(text, &e)],

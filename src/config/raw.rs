@@ -11,68 +11,68 @@ use serde::Deserialize;
 use toml::Spanned;
 
 /// A value as written, with its place in the file.
-pub type Leaf = Option<Spanned<toml::Value>>;
+pub(crate) type Leaf = Option<Spanned<toml::Value>>;
 
 /// Named rules of one kind (`[account.physics]`, `[account.chemistry]`), names with their place.
-pub type Rules = BTreeMap<Spanned<String>, RawRule>;
+pub(crate) type Rules = BTreeMap<Spanned<String>, RawRule>;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "the policy's tables")]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     #[serde(default)]
-    pub defaults: RawDefaults,
+    pub(crate) defaults: RawDefaults,
     #[serde(default)]
-    pub user: Rules,
+    pub(crate) user: Rules,
     #[serde(default)]
-    pub account: Rules,
+    pub(crate) account: Rules,
     #[serde(default)]
-    pub qos: Rules,
+    pub(crate) qos: Rules,
     #[serde(default)]
-    pub partition: Rules,
+    pub(crate) partition: Rules,
     #[serde(default)]
-    pub enforcement: RawEnforcement,
+    pub(crate) enforcement: RawEnforcement,
     #[serde(default)]
-    pub frameworks: RawFrameworks,
+    pub(crate) frameworks: RawFrameworks,
     #[serde(default)]
-    pub hints: RawHints,
+    pub(crate) hints: RawHints,
     #[serde(default)]
-    pub prediction: RawPrediction,
+    pub(crate) prediction: RawPrediction,
     #[serde(default)]
-    pub metrics: RawMetrics,
+    pub(crate) metrics: RawMetrics,
     #[serde(default)]
-    pub preemption: RawPreemption,
+    pub(crate) preemption: RawPreemption,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with default, max, gpu_memory")]
-pub struct RawDefaults {
-    pub default: Leaf,
-    pub max: Leaf,
-    pub gpu_memory: Leaf,
+pub(crate) struct RawDefaults {
+    pub(crate) default: Leaf,
+    pub(crate) max: Leaf,
+    pub(crate) gpu_memory: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with default, max")]
-pub struct RawRule {
-    pub default: Leaf,
-    pub max: Leaf,
+pub(crate) struct RawRule {
+    pub(crate) default: Leaf,
+    pub(crate) max: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table of enforcement settings")]
-pub struct RawEnforcement {
-    pub interval: Leaf,
-    pub warn_threshold: Leaf,
-    pub grace: Leaf,
-    pub grace_over_share: Leaf,
-    pub action: Leaf,
-    pub max_requeues: Leaf,
-    pub escalation: Leaf,
-    pub no_requeue_action: Leaf,
-    pub nvml_library: Leaf,
-    pub runtime_dir: Leaf,
-    pub state_dir: Leaf,
-    pub on_config_error: Leaf,
+pub(crate) struct RawEnforcement {
+    pub(crate) interval: Leaf,
+    pub(crate) warn_threshold: Leaf,
+    pub(crate) grace: Leaf,
+    pub(crate) grace_over_share: Leaf,
+    pub(crate) action: Leaf,
+    pub(crate) max_requeues: Leaf,
+    pub(crate) escalation: Leaf,
+    pub(crate) no_requeue_action: Leaf,
+    pub(crate) nvml_library: Leaf,
+    pub(crate) runtime_dir: Leaf,
+    pub(crate) state_dir: Leaf,
+    pub(crate) on_config_error: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -80,13 +80,13 @@ pub struct RawEnforcement {
     deny_unknown_fields,
     expecting = "a table with pytorch, pytorch_memory_fraction, jax, tensorflow, mps, context_reserve"
 )]
-pub struct RawFrameworks {
-    pub pytorch: Leaf,
-    pub pytorch_memory_fraction: Leaf,
-    pub jax: Leaf,
-    pub tensorflow: Leaf,
-    pub mps: Leaf,
-    pub context_reserve: Leaf,
+pub(crate) struct RawFrameworks {
+    pub(crate) pytorch: Leaf,
+    pub(crate) pytorch_memory_fraction: Leaf,
+    pub(crate) jax: Leaf,
+    pub(crate) tensorflow: Leaf,
+    pub(crate) mps: Leaf,
+    pub(crate) context_reserve: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -94,24 +94,24 @@ pub struct RawFrameworks {
     deny_unknown_fields,
     expecting = "a table with near_margin, safety_margin, fixed_memory"
 )]
-pub struct RawHints {
-    pub near_margin: Leaf,
-    pub safety_margin: Leaf,
-    pub fixed_memory: Leaf,
+pub(crate) struct RawHints {
+    pub(crate) near_margin: Leaf,
+    pub(crate) safety_margin: Leaf,
+    pub(crate) fixed_memory: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with enabled, horizon, signal")]
-pub struct RawPrediction {
-    pub enabled: Leaf,
-    pub horizon: Leaf,
-    pub signal: Leaf,
+pub(crate) struct RawPrediction {
+    pub(crate) enabled: Leaf,
+    pub(crate) horizon: Leaf,
+    pub(crate) signal: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with textfile_dir")]
-pub struct RawMetrics {
-    pub textfile_dir: Leaf,
+pub(crate) struct RawMetrics {
+    pub(crate) textfile_dir: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,30 +119,30 @@ pub struct RawMetrics {
     deny_unknown_fields,
     expecting = "a table with enabled, reserve, horizon, cooldown, max_preemptions_per_job, after_max, heartbeat_timeout, ranks"
 )]
-pub struct RawPreemption {
-    pub enabled: Leaf,
-    pub reserve: Leaf,
-    pub horizon: Leaf,
-    pub cooldown: Leaf,
-    pub max_preemptions_per_job: Leaf,
-    pub after_max: Leaf,
-    pub heartbeat_timeout: Leaf,
+pub(crate) struct RawPreemption {
+    pub(crate) enabled: Leaf,
+    pub(crate) reserve: Leaf,
+    pub(crate) horizon: Leaf,
+    pub(crate) cooldown: Leaf,
+    pub(crate) max_preemptions_per_job: Leaf,
+    pub(crate) after_max: Leaf,
+    pub(crate) heartbeat_timeout: Leaf,
     #[serde(default)]
-    pub ranks: RawRanks,
+    pub(crate) ranks: RawRanks,
 }
 
 /// Names to ranks (`{ scavenger = -10, production = 100 }`), each with its place. A value of the
 /// wrong type is checked in `validate`; a `qos = 5` (not a table) is a shape error here.
-pub type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+pub(crate) type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 
 /// `[preemption.ranks]`: only the three kinds a rank can be keyed by (`super::RankKind`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a table with qos, partition, account")]
-pub struct RawRanks {
+pub(crate) struct RawRanks {
     #[serde(default)]
-    pub qos: RankTable,
+    pub(crate) qos: RankTable,
     #[serde(default)]
-    pub partition: RankTable,
+    pub(crate) partition: RankTable,
     #[serde(default)]
-    pub account: RankTable,
+    pub(crate) account: RankTable,
 }

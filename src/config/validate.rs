@@ -23,7 +23,7 @@ use super::{
 };
 use crate::size::{parse_size, ByteSize};
 
-pub fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
+pub(super) fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut check = Checker {
         text,
         errors: Vec::new(),
@@ -606,7 +606,7 @@ fn dedicated_dir(text: &str) -> Result<PathBuf, String> {
 /// (`runtime_dir`, `state_dir`, `[metrics] textfile_dir`), one error per key at the key's value.
 /// For `check-config` only: the policy itself is valid anywhere, but this machine's filesystem
 /// may make a directory unusable (the watchdog then refuses it, or its metrics are off).
-pub fn directories_here(raw: &RawConfig, text: &str) -> Vec<ConfigError> {
+pub(crate) fn directories_here(raw: &RawConfig, text: &str) -> Vec<ConfigError> {
     let mut check = Checker {
         text,
         errors: Vec::new(),

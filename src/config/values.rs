@@ -17,7 +17,8 @@ pub struct Percent(u16);
 
 impl Percent {
     /// Hundredths of a percent: `50%` is 5000.
-    pub const fn hundredths(self) -> u16 {
+    #[cfg(test)]
+    pub(crate) const fn hundredths(self) -> u16 {
         self.0
     }
 
@@ -43,7 +44,7 @@ impl fmt::Display for Percent {
 }
 
 /// Parses `"50%"`, `"12.5%"`, `"33.33%"`: 1% to 100%, at most two decimals.
-pub fn parse_percent(text: &str) -> Result<Percent, String> {
+fn parse_percent(text: &str) -> Result<Percent, String> {
     let syntax = || {
         format!(
             "invalid percent '{}': expected 1% to 100% with at most two decimals (e.g. \"50%\", \"12.5%\")",
@@ -82,7 +83,7 @@ pub enum Amount {
 
 impl Amount {
     /// The amount in bytes, if it can be known: a percent needs the GPU's size.
-    pub fn resolve(self, gpu_total: Option<ByteSize>) -> Option<ByteSize> {
+    pub(crate) fn resolve(self, gpu_total: Option<ByteSize>) -> Option<ByteSize> {
         match self {
             Amount::Size(size) => Some(size),
             Amount::Percent(p) => gpu_total.map(|total| p.of(total)),
@@ -127,7 +128,7 @@ impl fmt::Display for DefaultQuota {
 }
 
 /// Parses a default quota: a size, a percent, or `"none"` (monitor only).
-pub fn parse_default_quota(text: &str) -> Result<DefaultQuota, String> {
+pub(crate) fn parse_default_quota(text: &str) -> Result<DefaultQuota, String> {
     if text == "none" {
         return Ok(DefaultQuota::MonitorOnly);
     }
@@ -138,7 +139,7 @@ pub fn parse_default_quota(text: &str) -> Result<DefaultQuota, String> {
 
 /// Parses a duration: a whole number with a unit, `ms`, `s`, `m` or `h` (`"500ms"`, `"2s"`, `"1m"`).
 /// A unit is required: a bare `"2"` could mean seconds or milliseconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let invalid = || {
         format!(
             "invalid duration '{}': expected a whole number with ms, s, m or h (e.g. \"500ms\", \"2s\", \"1m\")",
@@ -166,7 +167,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// A duration in the same syntax the file uses (`"2s"`, `"500ms"`, `"1m"`), for messages.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     match ms {
         0 => "0s".to_string(),
@@ -221,7 +222,7 @@ impl fmt::Display for Action {
 }
 
 /// Parses one of the names in `allowed`, listing them when the text is none of them.
-pub fn parse_action(text: &str, allowed: &[Action]) -> Result<Action, String> {
+pub(crate) fn parse_action(text: &str, allowed: &[Action]) -> Result<Action, String> {
     match allowed.iter().find(|a| a.name() == text) {
         Some(&action) => Ok(action),
         None => {
@@ -260,7 +261,7 @@ impl fmt::Display for OnConfigError {
     }
 }
 
-pub fn parse_on_config_error(text: &str) -> Result<OnConfigError, String> {
+pub(crate) fn parse_on_config_error(text: &str) -> Result<OnConfigError, String> {
     match text {
         "fail-open" => Ok(OnConfigError::FailOpen),
         "fail-closed" => Ok(OnConfigError::FailClosed),
@@ -273,10 +274,10 @@ pub fn parse_on_config_error(text: &str) -> Result<OnConfigError, String> {
 
 /// The signals `[prediction] signal` may name: the two a program can safely be asked to handle.
 /// (SIGTERM or SIGINT would end most jobs; that is the watchdog's `action`, not a warning.)
-pub const PREDICTION_SIGNALS: [(&str, i32); 2] = [("SIGUSR1", libc::SIGUSR1), ("SIGUSR2", libc::SIGUSR2)];
+const PREDICTION_SIGNALS: [(&str, i32); 2] = [("SIGUSR1", libc::SIGUSR1), ("SIGUSR2", libc::SIGUSR2)];
 
 /// Parses `"none"` (no signal) or a name in [`PREDICTION_SIGNALS`] to its number.
-pub fn parse_signal(text: &str) -> Result<Option<i32>, String> {
+pub(crate) fn parse_signal(text: &str) -> Result<Option<i32>, String> {
     if text == "none" {
         return Ok(None);
     }
@@ -290,7 +291,7 @@ pub fn parse_signal(text: &str) -> Result<Option<i32>, String> {
 }
 
 /// The name [`parse_signal`] reads back: `"none"`, `"SIGUSR1"`, or the number of any other signal.
-pub fn signal_name(signal: Option<i32>) -> String {
+pub(crate) fn signal_name(signal: Option<i32>) -> String {
     match signal {
         None => "none".to_string(),
         Some(number) => PREDICTION_SIGNALS
@@ -305,7 +306,7 @@ const AFTER_MAX_NAMES: [(&str, AfterMax); 2] =
     [("hold", AfterMax::Hold), ("leave-alone", AfterMax::LeaveAlone)];
 
 /// Parses `"hold"` or `"leave-alone"`.
-pub fn parse_after_max(text: &str) -> Result<AfterMax, String> {
+pub(crate) fn parse_after_max(text: &str) -> Result<AfterMax, String> {
     match AFTER_MAX_NAMES.iter().find(|(name, _)| *name == text) {
         Some(&(_, after_max)) => Ok(after_max),
         None => Err(format!(
@@ -316,7 +317,7 @@ pub fn parse_after_max(text: &str) -> Result<AfterMax, String> {
 }
 
 /// The name [`parse_after_max`] reads back.
-pub fn after_max_name(after_max: AfterMax) -> &'static str {
+pub(crate) fn after_max_name(after_max: AfterMax) -> &'static str {
     match after_max {
         AfterMax::Hold => "hold",
         AfterMax::LeaveAlone => "leave-alone",

@@ -14,7 +14,7 @@ use crate::config::Action;
 use crate::record;
 use crate::slurmctl::{self, CtlError, Refusal};
 
-pub use slurm::SlurmController;
+pub(crate) use slurm::SlurmController;
 
 /// The watchdog's only way to Slurm: read its job, write its record, act on it.
 pub trait Controller {
@@ -47,7 +47,7 @@ impl ControlError {
     }
 
     /// The same failure, with `note` appended to its description.
-    pub fn noting(self, note: &str) -> ControlError {
+    pub(crate) fn noting(self, note: &str) -> ControlError {
         match self {
             ControlError::JobGone(m) => ControlError::JobGone(m + note),
             ControlError::Unavailable(m) => ControlError::Unavailable(m + note),
@@ -102,7 +102,7 @@ pub struct JobState {
 
 impl JobState {
     /// Whether the job is still running (suspended and configuring count: it will go on).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(
             self.state,
             slurmctl::JobState::Running | slurmctl::JobState::Suspended | slurmctl::JobState::Configuring
@@ -138,7 +138,7 @@ impl AdminComment {
 }
 
 /// Writes after which a record that keeps losing to other writers is given up for now.
-pub const RECORD_ATTEMPTS: u32 = 3;
+pub(crate) const RECORD_ATTEMPTS: u32 = 3;
 
 /// Merges `entry` into the job's AdminComment (`existing`, as read). For a job on more than one
 /// node (`shared`), whose other nodes write the same text, reads it back and writes again when
@@ -147,7 +147,7 @@ pub const RECORD_ATTEMPTS: u32 = 3;
 /// wait for the read. `Ok(false)`: still not there after [`RECORD_ATTEMPTS`]. Text that cannot be
 /// read back (a job name imitating an AdminComment: it was written afresh over it) counts as
 /// written.
-pub fn record_entry(
+pub(crate) fn record_entry(
     control: &mut dyn Controller,
     existing: &str,
     entry: &record::Entry,

@@ -5,15 +5,15 @@ use crate::config::Action;
 use crate::slurmctl::{CtlError, SlurmTools};
 
 /// The job's record and actions through squeue/scontrol/scancel.
-pub struct SlurmController {
-    pub job_id: u32,
-    pub tools: SlurmTools,
+pub(crate) struct SlurmController {
+    pub(crate) job_id: u32,
+    pub(crate) tools: SlurmTools,
 }
 
 impl SlurmController {
     /// For `job_id`, with the commands found where Slurm installs them and `SLURM_CONF` from this
     /// process's environment (the watchdog's: the plugin's clean one, never the job's).
-    pub fn from_env(job_id: u32) -> SlurmController {
+    pub(crate) fn from_env(job_id: u32) -> SlurmController {
         let mut tools = SlurmTools::find();
         if let Ok(conf) = std::env::var("SLURM_CONF") {
             tools = tools.with_slurm_conf(&conf);

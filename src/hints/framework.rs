@@ -16,21 +16,21 @@ use super::Hundredths;
 use crate::size::ByteSize;
 
 /// PyTorch ≥ 2.9 reads this first, ...
-pub const PYTORCH_ALLOC_CONF: &str = "PYTORCH_ALLOC_CONF";
+pub(crate) const PYTORCH_ALLOC_CONF: &str = "PYTORCH_ALLOC_CONF";
 /// ... and falls back to this (the only one older releases read).
-pub const PYTORCH_CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
+pub(crate) const PYTORCH_CUDA_ALLOC_CONF: &str = "PYTORCH_CUDA_ALLOC_CONF";
 /// JAX's current name for the preallocated fraction ...
-pub const XLA_CLIENT_MEM_FRACTION: &str = "XLA_CLIENT_MEM_FRACTION";
+pub(crate) const XLA_CLIENT_MEM_FRACTION: &str = "XLA_CLIENT_MEM_FRACTION";
 /// ... and its older one, still read by the releases many sites run.
-pub const XLA_PYTHON_CLIENT_MEM_FRACTION: &str = "XLA_PYTHON_CLIENT_MEM_FRACTION";
+pub(crate) const XLA_PYTHON_CLIENT_MEM_FRACTION: &str = "XLA_PYTHON_CLIENT_MEM_FRACTION";
 /// TensorFlow: grow on demand instead of mapping the whole GPU at start.
-pub const TF_FORCE_GPU_ALLOW_GROWTH: &str = "TF_FORCE_GPU_ALLOW_GROWTH";
+pub(crate) const TF_FORCE_GPU_ALLOW_GROWTH: &str = "TF_FORCE_GPU_ALLOW_GROWTH";
 /// MPS clients: a hard per-device limit, `0=40448M,1=40448M` (device ordinals as the client sees them).
-pub const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
 
 /// Every variable [`framework_vars`] may read from the user's environment: the caller looks these up
 /// (and only these) to fill [`CapInputs::user_env`].
-pub const FRAMEWORK_VARS: [&str; 6] = [
+pub(crate) const FRAMEWORK_VARS: [&str; 6] = [
     PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
     XLA_CLIENT_MEM_FRACTION,
@@ -41,7 +41,7 @@ pub const FRAMEWORK_VARS: [&str; 6] = [
 
 /// What is left of a quota for the framework's allocator: the CUDA context of one process is
 /// 300–500 MiB on current GPUs and drivers, plus library workspaces. An admin can change it.
-pub const DEFAULT_CONTEXT_RESERVE: ByteSize = ByteSize::from_bytes(512 << 20);
+pub(crate) const DEFAULT_CONTEXT_RESERVE: ByteSize = ByteSize::from_bytes(512 << 20);
 
 const MIB: u64 = 1 << 20;
 
@@ -79,7 +79,7 @@ pub struct CapInputs<'a> {
 
 /// `(quota − reserve) / gpu_total` rounded down to hundredths; `None` when there is nothing to cap
 /// (the quota is not smaller than the GPU) or nothing left (the reserve eats the quota).
-pub fn memory_fraction(quota: ByteSize, gpu_total: ByteSize, reserve: ByteSize) -> Option<Hundredths> {
+fn memory_fraction(quota: ByteSize, gpu_total: ByteSize, reserve: ByteSize) -> Option<Hundredths> {
     let usable = capped_bytes(quota, gpu_total, reserve)?;
     Hundredths::floor_ratio(usable, gpu_total.bytes()).filter(|f| f.get() > 0)
 }

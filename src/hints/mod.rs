@@ -5,33 +5,32 @@
 //! calls these functions and writes the pairs into the job's environment. docs/HINTS.md is the
 //! user-facing reference for every variable.
 
-pub mod framework;
-pub mod previous;
-pub mod restart;
+pub(crate) mod framework;
+pub(crate) mod previous;
+pub(crate) mod restart;
 
-pub use framework::{framework_vars, memory_fraction, CapInputs, FrameworkSwitches};
+pub use framework::{framework_vars, CapInputs};
 pub use previous::previous_run;
-pub use restart::{
-    batch_scale, hint_vars, restart_event, restart_hints, BatchAdvice, HintInputs, LastEvent, PreviousRun,
-    RestartHints, HINT_VARS,
-};
+// All but batch_scale are the plugin's: unused without the `spank` feature.
+#[cfg_attr(not(feature = "spank"), allow(unused_imports))]
+pub(crate) use restart::{batch_scale, hint_vars, restart_event, restart_hints, HintInputs, HINT_VARS};
 
 use std::fmt;
 
 /// A non-negative fraction rounded DOWN to two decimals, kept as whole hundredths so that what a
 /// job reads (`0.56`) is exactly what the plugin computed with: no float formatting surprises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Hundredths(u32);
+pub(crate) struct Hundredths(u32);
 
 impl Hundredths {
-    pub const ONE: Hundredths = Hundredths(100);
+    const ONE: Hundredths = Hundredths(100);
 
-    pub const fn new(hundredths: u32) -> Hundredths {
+    pub(crate) const fn new(hundredths: u32) -> Hundredths {
         Hundredths(hundredths)
     }
 
     /// ⌊100 × numerator / denominator⌋; `None` when the denominator is zero.
-    pub fn floor_ratio(numerator: u64, denominator: u64) -> Option<Hundredths> {
+    fn floor_ratio(numerator: u64, denominator: u64) -> Option<Hundredths> {
         if denominator == 0 {
             return None;
         }
@@ -39,12 +38,12 @@ impl Hundredths {
         Some(Hundredths(h.min(u32::MAX as u128) as u32))
     }
 
-    pub const fn get(self) -> u32 {
+    pub(crate) const fn get(self) -> u32 {
         self.0
     }
 
     /// ⌊n × self⌋ for a count such as a micro-batch.
-    pub const fn floor_times(self, n: u64) -> u64 {
+    const fn floor_times(self, n: u64) -> u64 {
         (n as u128 * self.0 as u128 / 100) as u64
     }
 }
@@ -59,7 +58,7 @@ impl fmt::Display for Hundredths {
 /// `bytes × (1 − margin)`, rounded down, in integer arithmetic (basis points) so that 5 % of 40G is
 /// exactly 2G. A margin outside `[0, 0.99]` (or NaN) is clamped there: config validation refuses such
 /// values with a message; this only keeps the arithmetic defined.
-pub(crate) fn less_margin(bytes: u64, margin: f64) -> u64 {
+fn less_margin(bytes: u64, margin: f64) -> u64 {
     let margin = if margin.is_nan() {
         0.0
     } else {

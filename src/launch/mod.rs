@@ -7,13 +7,13 @@
 //! The plugin (`spank`) and the watchdog (`watchdog`, `cli`) both depend on this module; neither
 //! depends on the other.
 
-pub mod params;
-pub mod spawn;
+pub(crate) mod params;
+pub(crate) mod spawn;
 
-pub use params::Params;
+pub(crate) use params::Params;
 
 /// A job's GPU as Slurm names it: `3` (gres index, the minor number of /dev/nvidia3) or a UUID.
-pub fn parse_gpu_list(text: &str) -> Result<Vec<String>, String> {
+pub(crate) fn parse_gpu_list(text: &str) -> Result<Vec<String>, String> {
     let list: Vec<String> = text
         .split(',')
         .map(str::trim)

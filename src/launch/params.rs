@@ -3,30 +3,30 @@
 
 use std::path::PathBuf;
 
-use crate::argv::{self as args, Opt, Parsed};
+use crate::argv::{Opt, Parsed};
 use crate::size::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Params {
+pub(crate) struct Params {
     pub job_id: u32,
     /// The job's user: the status file is theirs to read (mode 0400), and nobody else's.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// The job's primary group. No file is the group's any more (users often share one); kept so
     /// that a plugin and a watchdog of different versions agree on the command line.
-    pub gid: u32,
+    pub(crate) gid: u32,
     /// The quota per GPU; `None`: record and report only.
     pub quota: Option<ByteSize>,
     /// The job's GPUs on this node, as Slurm names them (gres indices or UUIDs).
     pub gpus: Vec<String>,
     /// The admin policy (enforcement settings).
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// The user volunteered the job for preemption (`--gpu-mem-preemptible`).
     pub preemptible: bool,
 }
 
 impl Params {
     /// The options [`to_args`](Params::to_args) writes and [`from_args`](Params::from_args) reads.
-    pub const OPTIONS: &'static [Opt] = &[
+    pub(crate) const OPTIONS: &'static [Opt] = &[
         Opt::value("job"),
         Opt::value("uid"),
         Opt::value("gid"),
@@ -36,7 +36,7 @@ impl Params {
         Opt::flag("preemptible"),
     ];
 
-    pub fn to_args(&self) -> Vec<String> {
+    pub(crate) fn to_args(&self) -> Vec<String> {
         let mut argv = vec![
             "watchdog".to_string(),
             format!("--job={}", self.job_id),
@@ -55,12 +55,13 @@ impl Params {
     }
 
     /// Reads what [`to_args`](Params::to_args) wrote (without the leading `watchdog`).
-    pub fn from_args(argv: &[String]) -> Result<Params, String> {
-        Params::from_parsed(&args::parse(argv, Params::OPTIONS)?)
+    #[cfg(test)]
+    pub(crate) fn from_args(argv: &[String]) -> Result<Params, String> {
+        Params::from_parsed(&crate::argv::parse(argv, Params::OPTIONS)?)
     }
 
     /// The parameters in a parsed command line, or what is missing or wrong.
-    pub fn from_parsed(p: &Parsed) -> Result<Params, String> {
+    pub(crate) fn from_parsed(p: &Parsed) -> Result<Params, String> {
         let number = |key: &str| -> Result<u32, String> {
             let text = p.value(key).ok_or_else(|| format!("--{key} is required"))?;
             text.parse()

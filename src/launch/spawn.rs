@@ -36,7 +36,7 @@ fn open_max() -> libc::c_int {
 }
 
 /// The environment the watchdog gets: a fixed PATH and, when set, where Slurm's config lives.
-pub fn clean_environment(slurm_conf: Option<&str>) -> Vec<String> {
+pub(crate) fn clean_environment(slurm_conf: Option<&str>) -> Vec<String> {
     let mut env = vec![
         "PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
         "LANG=C".to_string(),
@@ -92,7 +92,7 @@ impl Prepared {
 
 /// Forks a detached `program args...` with `env`. Returns once the intermediate child is gone;
 /// the watchdog itself is not our child.
-pub fn spawn_detached(program: &Path, args: &[String], env: &[String]) -> io::Result<()> {
+pub(crate) fn spawn_detached(program: &Path, args: &[String], env: &[String]) -> io::Result<()> {
     let prepared = Prepared::new(program, args, env)?;
     // SAFETY: fork in a multi-threaded process; the child runs only `child_after_fork`, whose
     // contract `prepared` meets: it was built above, before the fork.

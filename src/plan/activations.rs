@@ -31,22 +31,22 @@ pub enum Split {
 pub struct Stored {
     pub name: &'static str,
     /// Bytes per token (one position of one sample) of one layer, before any split.
-    pub bytes_per_token: f64,
-    pub split: Split,
+    bytes_per_token: f64,
+    pub(crate) split: Split,
     /// Part of the attention score matrix (`a x s` per token): dropped by fused attention and
     /// recomputed by selective recomputation.
-    pub score: bool,
+    pub(crate) score: bool,
 }
 
 /// Numeric formats of the tensors a layer stores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Formats {
     /// Most activations (GEMM outputs, elementwise results).
-    pub act: f64,
+    pub(crate) act: f64,
     /// Inputs saved by GEMMs (1 byte with fp8 GEMMs).
-    pub gemm_in: f64,
+    pub(crate) gemm_in: f64,
     /// The residual stream: the layer's input and the norms' inputs (fp32 under autocast).
-    pub residual: f64,
+    pub(crate) residual: f64,
 }
 
 pub fn formats(precision: Precision) -> Formats {
@@ -101,7 +101,7 @@ pub const COMPILE_ACTIVATION_SHARE: f64 = 0.74;
 /// Layers' worth of saved activations that stay on the GPU with activation offloading: the layer
 /// being computed and the one whose tensors are in transfer (torchtune `OffloadActivations`
 /// copies on a side stream and brings tensors back one layer ahead of backward).
-pub const OFFLOAD_RESIDENT_LAYERS: f64 = 2.0;
+pub(crate) const OFFLOAD_RESIDENT_LAYERS: f64 = 2.0;
 
 /// The tensors one transformer layer stores with no recomputation, for sequence length `seq`.
 pub fn layer(
@@ -116,7 +116,7 @@ pub fn layer(
 
 /// `layer`, saying whether the norms' weights are trained (not with LoRA): an upcasting RMSNorm
 /// then also saves its 16-bit normalised output for the weight's gradient.
-pub fn layer_with(
+pub(crate) fn layer_with(
     shape: &ModelShape,
     precision: Precision,
     profile: &Profile,
@@ -237,7 +237,7 @@ pub fn bytes(tensors: &[Stored], tokens: f64, tp: u64, sp: bool) -> f64 {
 }
 
 /// The score tensors of a layer only (what selective recomputation recomputes).
-pub fn scores(tensors: &[Stored]) -> Vec<Stored> {
+pub(crate) fn scores(tensors: &[Stored]) -> Vec<Stored> {
     tensors.iter().filter(|x| x.score).cloned().collect()
 }
 

@@ -43,11 +43,11 @@ pub struct Term {
     /// What it is, with the numbers that produced it.
     pub label: String,
     pub bytes: u64,
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     /// Where the formula comes from (paper, documentation, code).
     pub source: &'static str,
     /// Whether this term is part of the peak (terms of the other phase are shown but not added).
-    pub at_peak: bool,
+    pub(crate) at_peak: bool,
 }
 
 impl Term {
@@ -78,7 +78,7 @@ pub struct Breakdown {
     /// Peak of memory held in tensors (`torch.cuda.max_memory_allocated`).
     pub allocated: u64,
     /// The phase of the step at which `allocated` peaks.
-    pub peak_phase: Phase,
+    pub(crate) peak_phase: Phase,
     /// Peak held by the caching allocator (`torch.cuda.max_memory_reserved`).
     pub reserved: u64,
     /// What the device shows for the process (`nvidia-smi`, NVML): reserved plus context and NCCL.

@@ -36,7 +36,7 @@ impl LossKernel {
 }
 
 /// torchtune `CEWithChunkedOutputLoss(num_output_chunks=8)`, the default of its recipes.
-pub const LOSS_CHUNKS: f64 = 8.0;
+pub(crate) const LOSS_CHUNKS: f64 = 8.0;
 
 /// How the optimizer step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,39 +55,39 @@ pub enum StepKernel {
 pub struct Profile {
     /// RMSNorm saves an fp32 copy of its input (HF `LlamaRMSNorm`, torchtitan `x.float()`);
     /// Megatron's fused norms keep the 16-bit input.
-    pub norm_upcast: bool,
+    pub(crate) norm_upcast: bool,
     /// The gated MLP runs as one fused SwiGLU kernel (Megatron `bias_swiglu`): it keeps the
     /// gate/up output and the down input (6f/h bytes per token per 2-byte element), not the
     /// eager four tensors (8f/h).
-    pub fused_swiglu: bool,
+    pub(crate) fused_swiglu: bool,
     /// Grouped-query attention expands K and V to all heads before attention (`repeat_kv`), so the
     /// attention kernel saves full-width K and V.
-    pub repeat_kv: bool,
+    pub(crate) repeat_kv: bool,
     /// The attention output is transposed into a new tensor before the output projection
     /// (`transpose(1, 2).contiguous()`), so a fused-attention kernel's saved output and the
     /// projection's saved input are two tensors.
-    pub attention_output_copy: bool,
+    pub(crate) attention_output_copy: bool,
     /// The softmax of eager attention runs in fp32 and is cast back (HF Llama eager attention).
-    pub softmax_fp32: bool,
-    pub loss: LossKernel,
+    pub(crate) softmax_fp32: bool,
+    pub(crate) loss: LossKernel,
     pub step: StepKernel,
     /// bf16 training keeps fp32 main gradients (Megatron `accumulate_allreduce_grads_in_fp32`).
-    pub fp32_main_grads: bool,
+    pub(crate) fp32_main_grads: bool,
     /// Plain data parallelism copies gradients into separate all-reduce buckets (PyTorch DDP with
     /// `gradient_as_bucket_view=False`, its default).
-    pub ddp_bucket_copy: bool,
+    pub(crate) ddp_bucket_copy: bool,
     /// DeepSpeed ZeRO bucket sizes, in elements (`reduce_bucket_size`, `allgather_bucket_size`).
-    pub zero_buckets: Option<ZeroBuckets>,
+    pub(crate) zero_buckets: Option<ZeroBuckets>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ZeroBuckets {
-    pub reduce: u64,
-    pub allgather: u64,
+pub(crate) struct ZeroBuckets {
+    pub(crate) reduce: u64,
+    pub(crate) allgather: u64,
 }
 
 /// DeepSpeed's documented defaults: `reduce_bucket_size` and `allgather_bucket_size` are 5e8.
-pub const DEEPSPEED_BUCKETS: ZeroBuckets = ZeroBuckets {
+pub(crate) const DEEPSPEED_BUCKETS: ZeroBuckets = ZeroBuckets {
     reduce: 500_000_000,
     allgather: 500_000_000,
 };

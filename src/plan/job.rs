@@ -158,7 +158,7 @@ impl Sharding {
     }
 
     /// Parameters are gathered layer by layer before use (ZeRO-3, FSDP).
-    pub fn gathers_params(self) -> bool {
+    pub(crate) fn gathers_params(self) -> bool {
         self.stage() == 3
     }
 }
@@ -310,7 +310,7 @@ pub struct Job {
 
 /// 500 MiB: a CUDA 12 context with lazy module loading plus cuBLAS/cuDNN handles, as `nvidia-smi`
 /// shows it for a PyTorch process before its first tensor (see docs/PLAN.md, "CUDA context").
-pub const DEFAULT_CUDA_CONTEXT: u64 = 500 << 20;
+pub(crate) const DEFAULT_CUDA_CONTEXT: u64 = 500 << 20;
 
 impl Job {
     /// A single-GPU, full fine-tuning job with the common defaults; callers adjust fields.
@@ -348,7 +348,7 @@ impl Job {
     /// gradient buffers for the whole run; gradient accumulation keeps the previous micro-batches'
     /// gradients; plain PyTorch frees them at `zero_grad()` (`set_to_none=True`, the default since
     /// PyTorch 2.0) and allocates them again in backward, after the activations of the loss peak.
-    pub fn persistent_grads(&self) -> bool {
+    pub(crate) fn persistent_grads(&self) -> bool {
         self.keep_grads
             .unwrap_or(self.framework != Framework::Pytorch || self.grad_accum > 1)
     }

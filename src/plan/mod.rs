@@ -15,23 +15,23 @@
 //! docs/PLAN.md documents every term with its source.
 
 pub mod activations;
-pub mod breakdown;
+pub(crate) mod breakdown;
 pub mod estimate;
 pub mod framework;
-pub mod job;
-pub mod overheads;
-pub mod placement;
+pub(crate) mod job;
+mod overheads;
+mod placement;
 pub mod presets;
-pub mod report;
-pub mod search;
+pub(crate) mod report;
+mod search;
 pub mod shape;
-pub mod states;
+pub(crate) mod states;
 
-pub use breakdown::{Breakdown, Phase, Term};
-pub use estimate::{estimate, model_states, Estimate};
+pub use estimate::{estimate, model_states};
+pub(crate) use job::DEFAULT_CUDA_CONTEXT;
 pub use job::{
     validate, Checkpointing, Finetune, Framework, Job, LoraTargets, Model, Offload, Optimizer, Parallel,
-    PlanError, Precision, Sharding, DEFAULT_CUDA_CONTEXT, MAX_PARAMS,
+    Precision, Sharding, MAX_PARAMS,
 };
-pub use search::{ladder, largest_micro_batch, plan, quota_gib, BatchFit, Paste, Plan, Rung};
-pub use shape::{Head, Mlp, ModelShape, Norm};
+pub use search::{ladder, largest_micro_batch, plan, quota_gib};
+pub use shape::{Head, ModelShape};

@@ -13,12 +13,12 @@ const MIB: f64 = (1u64 << 20) as f64;
 /// NCCL's device buffers per communicator this process joins (data-, tensor- and pipeline-parallel
 /// groups each have one): NCCL_BUFFSIZE (4 MiB) for each channel and peer plus the LL/LL128
 /// protocol buffers. A rough figure; docs/PLAN.md.
-pub const NCCL_PER_COMMUNICATOR: f64 = 256.0 * MIB;
+const NCCL_PER_COMMUNICATOR: f64 = 256.0 * MIB;
 
 /// Reserved-but-unallocated memory as a share of the transient part of the peak (activations,
 /// buffers, temporaries): blocks of varying sizes freed and reallocated every step leave holes the
 /// caching allocator keeps. Calibrated on published measurements (docs/PLAN.md, "Fragmentation").
-pub const FRAGMENTATION: f64 = 0.25;
+pub(crate) const FRAGMENTATION: f64 = 0.25;
 
 /// Parameters gathered and gradients reduce-scattered on separate CUDA streams live in pools of
 /// their own: a block freed by one stream is not reused by another until the streams synchronise
@@ -35,11 +35,11 @@ pub const FRAGMENTATION: f64 = 0.25;
 ///
 /// With LoRA the reduced gradients are the adapters' only, so a large frozen base no longer
 /// brings a reduce-scatter pool the size of its layers (issue 18).
-pub const STREAM_POOL_GATHER_COPIES: f64 = 1.0;
-pub const STREAM_POOL_REDUCE_COPIES: f64 = 7.0;
+const STREAM_POOL_GATHER_COPIES: f64 = 1.0;
+const STREAM_POOL_REDUCE_COPIES: f64 = 7.0;
 
 /// Terms outside the allocator: the CUDA context and NCCL.
-pub fn device(job: &Job) -> Vec<Term> {
+pub(crate) fn device(job: &Job) -> Vec<Term> {
     let p = job.parallel;
     let communicators = [p.dp, p.tp, p.pp].iter().filter(|&&n| n > 1).count() as f64;
     let mut out = vec![Term::new(
@@ -68,7 +68,7 @@ pub fn device(job: &Job) -> Vec<Term> {
 }
 
 /// Parameters gathered for compute, weight casts and communication buckets.
-pub fn buffers(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
+pub(crate) fn buffers(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     let mut out = Vec::new();
     let w = weight_bytes(job.precision);
     let g = grad_bytes(job.precision, profile);
@@ -209,7 +209,7 @@ fn trainable_share(local: &Local) -> f64 {
 }
 
 /// Temporaries of the optimizer step.
-pub fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
+pub(crate) fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     let mut out = Vec::new();
     if job.offload != Offload::None {
         return out;

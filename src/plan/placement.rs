@@ -9,22 +9,22 @@ use super::shape::{Kind, Linear, ModelShape, Place};
 
 /// A pipeline stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stage {
-    pub index: u64,
-    pub count: u64,
-    pub layers: u64,
+pub(crate) struct Stage {
+    pub(crate) index: u64,
+    pub(crate) count: u64,
+    pub(crate) layers: u64,
 }
 
 impl Stage {
-    pub fn first(&self) -> bool {
+    pub(crate) fn first(&self) -> bool {
         self.index == 0
     }
 
-    pub fn last(&self) -> bool {
+    pub(crate) fn last(&self) -> bool {
         self.index + 1 == self.count
     }
 
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         if self.count == 1 {
             "single stage".into()
         } else if self.first() {
@@ -39,36 +39,36 @@ impl Stage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Local {
     /// Parameters the optimizer updates (all of them, or the LoRA adapters).
-    pub trainable: f64,
+    pub(crate) trainable: f64,
     /// Frozen base parameters kept in the training precision (LoRA).
-    pub frozen: f64,
+    pub(crate) frozen: f64,
     /// Frozen base linear weights stored as 4-bit NormalFloat (QLoRA).
-    pub frozen_nf4: f64,
+    pub(crate) frozen_nf4: f64,
     /// Weights of linear layers (layer matrices and the output projection): what autocast casts.
-    pub linear: f64,
+    pub(crate) linear: f64,
     /// One transformer layer (an FSDP/ZeRO-3 unit).
     pub layer: f64,
     /// Embeddings plus the top (final norm, output projection): FSDP's root unit.
-    pub root: f64,
+    pub(crate) root: f64,
     /// The largest embedding or output table (a ZeRO-3 unit of its own).
-    pub largest_table: f64,
+    pub(crate) largest_table: f64,
     /// The largest single linear weight of a layer (QLoRA dequantises one at a time).
-    pub largest_linear: f64,
+    pub(crate) largest_linear: f64,
     /// The largest trainable tensor (per-parameter optimizer loops allocate temporaries this big).
-    pub largest_trainable: f64,
+    pub(crate) largest_trainable: f64,
     /// Elements of Adafactor's factored state: rows + columns per matrix, every element of vectors.
-    pub adafactor_state: f64,
+    pub(crate) adafactor_state: f64,
     /// GaLore: over the trainable weight matrices of the layers, the sum of their longer and of
     /// their shorter dimension (the projected moments are `rank x long`, the projection
     /// `short x rank`), and the trainable elements outside them (plain AdamW states).
-    pub galore_long: f64,
-    pub galore_short: f64,
-    pub galore_other: f64,
+    pub(crate) galore_long: f64,
+    pub(crate) galore_short: f64,
+    pub(crate) galore_other: f64,
 }
 
 /// The stages whose peaks can differ: the first (most in-flight activations) and the last
 /// (output projection and logits). One stage when there is no pipeline.
-pub fn stages_to_check(layers: u64, pp: u64) -> Vec<Stage> {
+pub(crate) fn stages_to_check(layers: u64, pp: u64) -> Vec<Stage> {
     let per_stage = layers / pp.max(1);
     if pp <= 1 {
         vec![Stage {
@@ -106,7 +106,7 @@ fn targeted(role: Linear, targets: LoraTargets) -> bool {
 }
 
 /// What one GPU of `stage` holds, with tensor-parallel size `tp`.
-pub fn local(model: &Model, finetune: Finetune, stage: Stage, tp: u64) -> Local {
+pub(crate) fn local(model: &Model, finetune: Finetune, stage: Stage, tp: u64) -> Local {
     match model {
         Model::ParamsOnly(_) | Model::ParamsLayers { .. } => {
             // No shape: every parameter is taken as a layer parameter and a ZeRO-3/FSDP unit is one

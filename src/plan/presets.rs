@@ -13,7 +13,7 @@ const PRESETS_TOML: &str = include_str!("presets.toml");
 pub struct Preset {
     pub name: String,
     #[serde(default)]
-    pub aliases: Vec<String>,
+    aliases: Vec<String>,
     /// Where the shape was copied from.
     pub source: String,
     /// The published parameter count (checked against the shape in the tests).

@@ -56,9 +56,9 @@ fn divisors(n: u64) -> Vec<u64> {
 /// with it and every rung before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rung {
-    pub technique: &'static str,
+    pub(crate) technique: &'static str,
     pub flag: String,
-    pub cost: &'static str,
+    pub(crate) cost: &'static str,
     pub peak: u64,
     pub fits: bool,
 }

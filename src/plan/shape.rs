@@ -11,7 +11,7 @@ use serde::Deserialize;
 /// The feed-forward block (`mlp = "gelu"` or `"gated"` in presets.toml).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mlp {
+pub(crate) enum Mlp {
     /// `down(act(up(x)))` with GeLU: GPT-2, BERT (two matrices).
     Gelu,
     /// `down(silu(gate(x)) * up(x))`: Llama, Mistral (three matrices).
@@ -54,30 +54,30 @@ pub struct ModelShape {
     pub vocab: u64,
     /// Learned absolute position embeddings (GPT-2, BERT); 0 for rotary embeddings.
     #[serde(default)]
-    pub positions: u64,
+    pub(crate) positions: u64,
     /// Token-type (segment) embeddings (BERT); 0 for none.
     #[serde(default)]
-    pub segments: u64,
-    pub mlp: Mlp,
-    pub norm: Norm,
+    pub(crate) segments: u64,
+    pub(crate) mlp: Mlp,
+    pub(crate) norm: Norm,
     /// Linear layers carry biases.
     #[serde(default)]
-    pub bias: bool,
+    pub(crate) bias: bool,
     /// The output projection shares the input embedding matrix (`tied` in presets.toml).
     #[serde(default, rename = "tied")]
-    pub tied_embeddings: bool,
+    pub(crate) tied_embeddings: bool,
     /// Training-time dropout (p > 0) after attention probabilities and block outputs.
     #[serde(default)]
-    pub dropout: bool,
+    pub(crate) dropout: bool,
     /// A norm right after the embeddings (BERT).
     #[serde(default)]
-    pub embedding_norm: bool,
+    pub(crate) embedding_norm: bool,
     /// A norm after the last layer (pre-LN models).
     #[serde(default)]
-    pub final_norm: bool,
+    pub(crate) final_norm: bool,
     /// BERT's pooler (a dense layer on the first token).
     #[serde(default)]
-    pub pooler: bool,
+    pub(crate) pooler: bool,
     #[serde(skip, default = "lm_head")]
     pub head: Head,
 }
@@ -129,12 +129,12 @@ pub enum Kind {
 pub struct Tensor {
     pub name: &'static str,
     pub place: Place,
-    pub kind: Kind,
-    pub count: u64,
+    pub(crate) kind: Kind,
+    pub(crate) count: u64,
 }
 
 impl ModelShape {
-    pub fn head_dim(&self) -> u64 {
+    fn head_dim(&self) -> u64 {
         self.hidden / self.heads
     }
 
@@ -245,19 +245,10 @@ impl ModelShape {
             })
             .sum()
     }
-
-    /// Parameters of one transformer layer.
-    pub fn layer_params(&self) -> u64 {
-        self.tensors()
-            .iter()
-            .filter(|t| t.place == Place::Layer)
-            .map(|t| t.count)
-            .sum()
-    }
 }
 
 /// The Llama-style defaults used for a shape given by flags alone (no `--model`).
-pub fn custom(name: &str, layers: u64, hidden: u64, heads: u64, vocab: u64) -> ModelShape {
+pub(crate) fn custom(name: &str, layers: u64, hidden: u64, heads: u64, vocab: u64) -> ModelShape {
     ModelShape {
         name: name.to_string(),
         layers,
@@ -283,7 +274,7 @@ pub fn custom(name: &str, layers: u64, hidden: u64, heads: u64, vocab: u64) -> M
 /// Width over depth of the common dense decoder families: GPT-3 6.7B, 13B and 175B (Brown et al.
 /// 2020, table 2.1: 4096/32, 5140/40, 12288/96) and Llama-2 7B and 13B (4096/32, 5120/40) all
 /// have `hidden = 128 x layers`.
-pub const HIDDEN_PER_LAYER: f64 = 128.0;
+const HIDDEN_PER_LAYER: f64 = 128.0;
 
 /// The layer count of a model of `params` parameters when only the count is given: a transformer
 /// has about `12 L h^2` parameters (Kaplan et al. 2020, "Scaling Laws for Neural Language Models",

@@ -21,7 +21,7 @@ use super::placement::Local;
 const ZERO: &str = "Rajbhandari et al. 2020 (ZeRO), sec. 5";
 
 /// Bytes per element of the weights the model computes with.
-pub fn weight_bytes(precision: Precision) -> f64 {
+pub(crate) fn weight_bytes(precision: Precision) -> f64 {
     match precision {
         Precision::Fp32 | Precision::Amp => 4.0,
         Precision::Mixed | Precision::Bf16 | Precision::Fp8 => 2.0,
@@ -29,7 +29,7 @@ pub fn weight_bytes(precision: Precision) -> f64 {
 }
 
 /// Bytes per element of the gradients kept between backward and step.
-pub fn grad_bytes(precision: Precision, profile: &Profile) -> f64 {
+pub(crate) fn grad_bytes(precision: Precision, profile: &Profile) -> f64 {
     match precision {
         Precision::Fp32 | Precision::Amp => 4.0,
         Precision::Mixed | Precision::Fp8 if profile.fp32_main_grads => 4.0,
@@ -38,7 +38,7 @@ pub fn grad_bytes(precision: Precision, profile: &Profile) -> f64 {
 }
 
 /// Bytes per element of the fp32 master copy the optimizer updates (0 when the weights are the master).
-pub fn master_bytes(precision: Precision) -> f64 {
+pub(crate) fn master_bytes(precision: Precision) -> f64 {
     match precision {
         Precision::Mixed | Precision::Fp8 => 4.0,
         Precision::Fp32 | Precision::Amp | Precision::Bf16 => 0.0,
@@ -47,7 +47,7 @@ pub fn master_bytes(precision: Precision) -> f64 {
 
 /// Bytes per element of an optimizer state tensor: pure bf16 keeps them in bf16 (PyTorch allocates
 /// states like the parameter), everything else in fp32.
-pub fn state_bytes(precision: Precision) -> f64 {
+pub(crate) fn state_bytes(precision: Precision) -> f64 {
     if precision == Precision::Bf16 {
         2.0
     } else {
@@ -58,7 +58,7 @@ pub fn state_bytes(precision: Precision) -> f64 {
 /// 4-bit NormalFloat with double quantisation: 4 + 8/64 + 32/(64*256) bits per parameter
 /// (Dettmers et al. 2023, "QLoRA", sec. 3: double quantisation brings the constants from 0.5 to
 /// 0.127 bits per parameter).
-pub const NF4_BYTES: f64 = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
+pub(crate) const NF4_BYTES: f64 = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
 
 /// bitsandbytes 8-bit optimizers: one byte per state element plus one fp32 absmax per block of
 /// 2048 (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
@@ -66,7 +66,7 @@ const BLOCKWISE_8BIT: f64 = 1.0 + 4.0 / 2048.0;
 
 /// The optimizer's own state for the trainable parameters on this GPU, before sharding: bytes and
 /// a description.
-pub fn optimizer_state(job: &Job, local: &Local) -> (f64, String) {
+fn optimizer_state(job: &Job, local: &Local) -> (f64, String) {
     let s = state_bytes(job.precision);
     let dtype = if s == 2.0 { "bf16" } else { "fp32" };
     match job.optimizer {

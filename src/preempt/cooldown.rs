@@ -65,7 +65,7 @@ impl GpuCooldown {
 
 /// Until when a job is protected from preemption: one cooldown after its start, when it was
 /// preempted before; `None` for a job never preempted.
-pub fn protected_until(preemptions: u32, start_time: u64, cooldown: Duration) -> Option<u64> {
+pub(crate) fn protected_until(preemptions: u32, start_time: u64, cooldown: Duration) -> Option<u64> {
     (preemptions > 0).then(|| until(start_time, cooldown))
 }
 

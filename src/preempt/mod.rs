@@ -14,13 +14,14 @@
 //! Times are unix seconds: they are compared across processes, which share no `Instant`.
 
 pub mod cooldown;
-pub mod rank;
+pub(crate) mod rank;
 pub mod registry;
 pub mod victim;
 
 pub use crate::config::{AfterMax, PreemptSettings};
-pub use cooldown::{protected_until, Gate, GpuCooldown};
-pub use rank::{rank_of, JobPriority, Rank, RankKind, Ranks};
+pub use cooldown::GpuCooldown;
+pub(crate) use rank::{rank_of, JobPriority};
+pub use rank::{Rank, RankKind, Ranks};
 pub use victim::{
     contention, decide, victim_order, CannotPreempt, Contention, Decision, GpuSnapshot, JobOnGpu, Skipped,
     Victim, Why,

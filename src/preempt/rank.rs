@@ -14,12 +14,12 @@ pub use crate::config::{RankKind, Ranks};
 
 /// What slurmctld says about the job (through `squeue`), the only inputs to its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct JobPriority {
-    pub qos: String,
-    pub partition: String,
-    pub account: String,
+pub(crate) struct JobPriority {
+    pub(crate) qos: String,
+    pub(crate) partition: String,
+    pub(crate) account: String,
     /// Slurm's `Priority=`.
-    pub slurm_priority: u32,
+    pub(crate) slurm_priority: u32,
 }
 
 /// Lower goes first. Ordered by the configured rank, then by Slurm's priority.
@@ -39,7 +39,7 @@ impl fmt::Display for Rank {
 
 /// The job's rank: the configured rank of its QOS, else of its partition, else of its account,
 /// else 0; with its Slurm priority for ties.
-pub fn rank_of(ranks: &Ranks, job: &JobPriority) -> Rank {
+pub(crate) fn rank_of(ranks: &Ranks, job: &JobPriority) -> Rank {
     let value = RankKind::ALL
         .iter()
         .find_map(|&kind| {

@@ -36,7 +36,7 @@ use crate::runtime;
 use crate::textfile::{self, Access};
 use crate::trusted_dir::TrustedDir;
 
-pub const REGISTRY_DIR: &str = "registry";
+pub(crate) const REGISTRY_DIR: &str = "registry";
 /// Only root reads the registry.
 const REGISTRY_MODE: u32 = 0o700;
 /// An entry is a few hundred bytes (JSON, about 65 per GPU; 56 MIG devices fit); anything much
@@ -102,7 +102,7 @@ mod identity {
         start_time: u64,
     }
 
-    pub fn serialize<S: Serializer>(p: &ProcessIdentity, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(p: &ProcessIdentity, s: S) -> Result<S::Ok, S::Error> {
         Identity {
             pid: p.pid,
             start_time: p.start_time,
@@ -110,7 +110,7 @@ mod identity {
         .serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ProcessIdentity, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ProcessIdentity, D::Error> {
         let Identity { pid, start_time } = Identity::deserialize(d)?;
         Ok(ProcessIdentity { pid, start_time })
     }
@@ -198,7 +198,7 @@ impl Registry {
 
     /// Opens `<runtime_dir>/registry` only if it is there (a node without preemption has none):
     /// for cleaning up, which must create nothing (the registry's own mode is still set to 0700).
-    pub fn open_existing(runtime_dir: &Path) -> io::Result<Option<Registry>> {
+    pub(crate) fn open_existing(runtime_dir: &Path) -> io::Result<Option<Registry>> {
         let root = match TrustedDir::open(runtime_dir) {
             Ok(root) => root,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),

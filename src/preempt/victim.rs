@@ -57,7 +57,7 @@ pub struct JobOnGpu {
 }
 
 impl JobOnGpu {
-    pub fn is_over_quota(&self) -> bool {
+    fn is_over_quota(&self) -> bool {
         self.quota.is_some_and(|quota| self.used > quota)
     }
 }

@@ -45,7 +45,7 @@ impl EventKind {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<EventKind> {
+    pub(crate) fn from_name(name: &str) -> Option<EventKind> {
         EventKind::ALL.into_iter().find(|kind| kind.name() == name)
     }
 
@@ -106,9 +106,9 @@ impl EventCounts {
 
 /// The most recent event: its kind and when it happened (Unix seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LastEvent {
+pub(crate) struct LastEvent {
     // Field order matters: the derived `Ord` compares time first, so `max` picks the later event.
-    pub at: u64,
+    pub(crate) at: u64,
     pub kind: EventKind,
 }
 

@@ -9,16 +9,16 @@ use std::ops::Range;
 use super::{RecordError, MARKER};
 
 /// Bodies longer than this were not written by any version of this program.
-pub(super) const MAX_BODY_BYTES: usize = 16 * 1024;
+const MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// One segment found in an AdminComment.
 #[derive(Debug)]
 pub(super) struct Segment<'a> {
     /// Where the segment lies in the AdminComment, marker to closing brace.
-    pub span: Range<usize>,
-    pub version: u32,
+    pub(crate) span: Range<usize>,
+    pub(crate) version: u32,
     /// The text between the braces, and its offset in the AdminComment.
-    pub body: Result<(&'a str, usize), RecordError>,
+    pub(crate) body: Result<(&'a str, usize), RecordError>,
 }
 
 /// Every segment of any version, in order. Text that merely mentions the marker without a version

@@ -23,15 +23,16 @@ mod merge;
 mod text;
 
 pub use error::RecordError;
-pub use event::{EventCounts, EventKind, LastEvent};
-pub use merge::{is_recorded, merge, Merged};
+pub(crate) use event::LastEvent;
+pub use event::{EventCounts, EventKind};
+pub use merge::{is_recorded, merge};
 pub use text::{parse, render};
 
 use crate::size::ByteSize;
 
 /// The version this code writes and reads. Older versions are replaced by [`merge`]; newer ones
 /// are left alone as if they were another tool's text.
-pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 1;
 
 /// What every segment starts with, followed by the version and `{`.
 pub const MARKER: &str = "gpu-mem-quota:v";
@@ -91,7 +92,7 @@ pub struct GpuPeak {
     /// The GPU's index as the job sees it (its position in `CUDA_VISIBLE_DEVICES`).
     pub index: u32,
     /// A short, stable id of the physical GPU ([`short_gpu_id`]); dropped first when space is short.
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Peak bytes used by the job's processes on this GPU.
     pub peak: u64,
 }
@@ -104,7 +105,7 @@ pub struct Facts {
     pub events: EventCounts,
     /// Restarts of the job that we caused (successful requeues, held or not).
     pub restarts: u32,
-    pub last_event: Option<LastEvent>,
+    pub(crate) last_event: Option<LastEvent>,
     /// When the entry was last written (Unix seconds); orders entries from oldest to newest.
     pub updated_at: u64,
 }
@@ -129,7 +130,7 @@ pub struct Totals {
     pub peak: u64,
     pub events: EventCounts,
     pub restarts: u32,
-    pub last_event: Option<LastEvent>,
+    pub(crate) last_event: Option<LastEvent>,
     /// The highest run recorded.
     pub latest_run: Option<u32>,
 }
@@ -237,7 +238,7 @@ impl Record {
 
 /// A short id for a GPU from its NVML UUID: the first 8 hex digits after the `GPU-` or `MIG-`
 /// prefix (`GPU-1a2b3c4d-...` → `1a2b3c4d`). Enough to tell a node's GPUs apart in a record.
-pub fn short_gpu_id(uuid: &str) -> String {
+pub(crate) fn short_gpu_id(uuid: &str) -> String {
     let rest = uuid
         .strip_prefix("GPU-")
         .or_else(|| uuid.strip_prefix("MIG-"))

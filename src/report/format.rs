@@ -6,7 +6,7 @@ const UNITS: [(u64, char); 4] = [(1 << 40, 'T'), (1 << 30, 'G'), (1 << 20, 'M'),
 
 /// A size for people: Slurm's exact form when it is one (`40G`, `41M`), else one decimal in the
 /// largest unit it reaches (`34.5G`), bytes below 1 KiB.
-pub fn human_size(bytes: u64) -> String {
+pub(crate) fn human_size(bytes: u64) -> String {
     match UNITS.iter().find(|(unit, _)| bytes >= *unit) {
         Some((unit, _)) if bytes.is_multiple_of(*unit) => ByteSize::from_bytes(bytes).to_string(),
         Some((unit, suffix)) => format!("{:.1}{suffix}", bytes as f64 / *unit as f64),

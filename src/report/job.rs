@@ -29,8 +29,8 @@ pub struct Run {
     pub run: u32,
     pub state: String,
     pub start: String,
-    pub end: String,
-    pub nodes: String,
+    pub(crate) end: String,
+    pub(crate) nodes: String,
 }
 
 /// Whether the job's AdminComment holds our record.
@@ -54,7 +54,7 @@ impl JobReport {
     }
 
     /// The record's entries for one run, by node.
-    pub fn entries_of(&self, run: u32) -> impl Iterator<Item = &Entry> {
+    pub(crate) fn entries_of(&self, run: u32) -> impl Iterator<Item = &Entry> {
         self.record()
             .map(|r| r.entries())
             .unwrap_or_default()

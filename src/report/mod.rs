@@ -6,13 +6,14 @@
 //! the node's runtime directory and /proc; running `sacct` is
 //! [`crate::slurmctl::SlurmTools::sacct`]'s job.
 
-pub mod format;
-pub mod job;
-pub mod node;
+pub(crate) mod format;
+pub(crate) mod job;
+pub(crate) mod node;
 pub mod render;
-pub mod sacct;
+pub(crate) mod sacct;
 
-pub use job::{efficiency, job_reports, JobReport, RecordState, Run};
-pub use node::{jobs_of_user, node_json, node_text, parse_status, read_jobs, read_node, NodeStatus};
+pub use job::{efficiency, job_reports, RecordState, Run};
+pub(crate) use node::{jobs_of_user, read_jobs};
+pub use node::{node_json, node_text, parse_status, read_node};
 pub use render::{job_text, jobs_json, jobs_list_text};
-pub use sacct::{explain_failure, parse_rows, Query, SacctError, SacctRow};
+pub use sacct::{explain_failure, parse_rows, Query};

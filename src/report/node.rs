@@ -83,7 +83,7 @@ pub fn read_node(runtime_dir: &Path, count_unreadable: bool) -> io::Result<NodeS
 /// Reads the status files of `jobs` (for a caller who may not list `jobs/`: a user, with the jobs
 /// of [`jobs_of_user`]). A job without a directory here is not watched on this node and left out;
 /// a file the caller may not read is left out too.
-pub fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
+pub(crate) fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
     let mut node = NodeStatus::default();
     match std::fs::metadata(runtime::jobs_dir(runtime_dir)) {
         Ok(_) => node.present = true,
@@ -106,7 +106,7 @@ pub fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
 /// The jobs that the processes of `uid` on this node belong to (every job that claims one, by
 /// cgroup, else by ancestry, as the watchdog attributes them), read from `proc_root` and
 /// `cgroup_root`.
-pub fn jobs_of_user(proc_root: &Path, cgroup_root: &Path, uid: u32) -> Vec<u32> {
+pub(crate) fn jobs_of_user(proc_root: &Path, cgroup_root: &Path, uid: u32) -> Vec<u32> {
     use std::os::unix::fs::MetadataExt;
     let Ok(listing) = std::fs::read_dir(proc_root) else {
         return Vec::new();

@@ -378,7 +378,7 @@ fn facts_text(facts: &Facts) -> String {
 }
 
 /// `warn=2 requeued=1`, zeros left out; `-` when nothing happened.
-pub fn events_text(events: &EventCounts) -> String {
+fn events_text(events: &EventCounts) -> String {
     let said: Vec<String> = events
         .iter()
         .filter(|(_, n)| *n > 0)

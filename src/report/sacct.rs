@@ -11,7 +11,7 @@
 use std::fmt;
 
 /// The fields we ask for, in this order; the AdminComment must stay last (see the module doc).
-pub const FIELDS: [&str; 9] = [
+const FIELDS: [&str; 9] = [
     "JobIDRaw",
     "JobID",
     "User",
@@ -27,7 +27,7 @@ pub const FIELDS: [&str; 9] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SacctRow {
     /// The job's own id: an array task's id, not its array's (`JobIDRaw`).
-    pub job_id_raw: String,
+    pub(crate) job_id_raw: String,
     /// The id as users know it: `12`, `12_3` (array task), `12+1` (het component), `12.batch` (step).
     pub job_id: String,
     pub user: String,
@@ -36,7 +36,7 @@ pub struct SacctRow {
     pub state: String,
     /// `2024-06-10T06:00:00`, or `Unknown`/`None` before the run started.
     pub start: String,
-    pub end: String,
+    pub(crate) end: String,
     pub node_list: String,
     pub admin_comment: String,
 }
@@ -87,19 +87,8 @@ impl Query {
                     ))
                 }
             }
-            Query::User {
-                user,
-                account,
-                start,
-                end,
-            } => {
-                let named = [
-                    ("--user", Some(user)),
-                    ("--account", account.as_ref()),
-                    ("-S", start.as_ref()),
-                    ("-E", end.as_ref()),
-                ];
-                for (option, value) in named {
+            Query::User { .. } => {
+                for (option, _, value) in self.user_values() {
                     if let Some(v) = value {
                         if v.is_empty() || v.starts_with('-') || v.chars().any(char::is_control) {
                             return Err(format!("invalid {option} '{}'", v.escape_debug()));
@@ -119,19 +108,8 @@ impl Query {
         args.push(format!("--format={}", FIELDS.join(",")));
         match self {
             Query::Job(id) => args.extend(["--jobs".to_string(), id.clone()]),
-            Query::User {
-                user,
-                account,
-                start,
-                end,
-            } => {
-                args.extend(["--user".to_string(), user.clone()]);
-                let optional = [
-                    ("--accounts", account),
-                    ("--starttime", start),
-                    ("--endtime", end),
-                ];
-                for (option, value) in optional {
+            Query::User { .. } => {
+                for (_, option, value) in self.user_values() {
                     if let Some(v) = value {
                         args.extend([option.to_string(), v.clone()]);
                     }
@@ -139,6 +117,25 @@ impl Query {
             }
         }
         args
+    }
+
+    /// A user query's values, each with the option the user gave it by and sacct's option for it;
+    /// none for a job query.
+    fn user_values(&self) -> Vec<(&'static str, &'static str, Option<&String>)> {
+        match self {
+            Query::Job(_) => Vec::new(),
+            Query::User {
+                user,
+                account,
+                start,
+                end,
+            } => vec![
+                ("--user", "--user", Some(user)),
+                ("--account", "--accounts", account.as_ref()),
+                ("-S", "--starttime", start.as_ref()),
+                ("-E", "--endtime", end.as_ref()),
+            ],
+        }
     }
 }
 

@@ -21,7 +21,7 @@ pub enum Verdict {
 
 /// slurmctld's answer to an update of a job that has ended (`ESLURM_JOB_FINISHED`): a cancelled
 /// job is past updates before its batch script's end.
-pub const JOB_FINISHED: &str = "Job has already finished";
+const JOB_FINISHED: &str = "Job has already finished";
 
 /// Answers from the controller. Checked first: when one is present the controller was reached,
 /// whatever else the output says.

@@ -6,10 +6,10 @@
 //! suffix; zero padding is kept (`01-04` gives `01`..`04`). Anything else is refused, never guessed.
 
 /// The most names one expression may expand to: a guard against `n[0-4294967295]`.
-pub const MAX_NODES: usize = 1 << 20;
+const MAX_NODES: usize = 1 << 20;
 
 /// The node names of `expression`, in Slurm's order.
-pub fn expand(expression: &str) -> Result<Vec<String>, String> {
+pub(crate) fn expand(expression: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
     for item in split_top_level(expression)? {
         if item.is_empty() {

@@ -21,10 +21,10 @@ pub struct JobRecord {
     pub qos: String,
     pub user_id: u32,
     /// The job's nodes, expanded, in the order of [`JobRecord::gpus_by_node`].
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Per node, the GPU indices (Slurm's GRES index on that node) the job holds there, whole
     /// (`gpu`) or in part (`shard`); empty for a node where it holds none.
-    pub gpus_by_node: Vec<Vec<u32>>,
+    pub(crate) gpus_by_node: Vec<Vec<u32>>,
 }
 
 impl JobRecord {
@@ -60,7 +60,7 @@ struct Job {
 }
 
 /// Job `job_id`'s record from `squeue --json` output. The error says what is missing or malformed.
-pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
+pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
     let response: Response =
         serde_json::from_str(output).map_err(|e| format!("not the JSON squeue --json prints: {e}"))?;
     let count = response.jobs.len();
@@ -94,7 +94,7 @@ pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String>
 /// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
 /// are separated by commas outside parentheses; `gpu` and `shard` items carry `(IDX:LIST)`. Other
 /// GRES (nic, counts without an index) are ignored.
-pub fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
+fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
     let mut indices = Vec::new();
     for item in split_items(detail) {
         let name = item.split([':', '(']).next().unwrap_or("");

@@ -22,16 +22,16 @@
 mod admin_comment;
 mod classify;
 mod error;
-pub mod hostlist;
+pub(crate) mod hostlist;
 mod job_info;
 mod job_json;
 mod run;
 mod tools;
 
 pub use admin_comment::parse_admin_comment;
-pub use classify::{classify, Verdict, JOB_FINISHED};
+pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
-pub use job_info::{parse_squeue, JobInfo, JobState, SQUEUE_FORMAT};
-pub use job_json::{gpu_indices, parse_squeue_json, JobRecord};
-pub use run::{MAX_OUTPUT_BYTES, SAFE_PATH};
-pub use tools::{Backoff, SlurmTools, DEFAULT_TIMEOUT, MAX_ADMIN_COMMENT_BYTES, SEARCH_DIRS};
+pub use job_info::{parse_squeue, JobState, SQUEUE_FORMAT};
+pub(crate) use job_json::JobRecord;
+pub use run::SAFE_PATH;
+pub use tools::{Backoff, SlurmTools};

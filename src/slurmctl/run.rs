@@ -28,11 +28,11 @@ use nix::unistd::Pid;
 pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The most bytes kept from each of stdout and stderr; more is read and dropped.
-pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
 /// The same for `squeue --json`, which in Slurm 22.05 prints every job slurmctld knows (a few KiB
 /// each, whatever `--jobs` says): room for about ten thousand jobs.
-pub const MAX_JSON_OUTPUT_BYTES: usize = 64 << 20;
+pub(crate) const MAX_JSON_OUTPUT_BYTES: usize = 64 << 20;
 
 /// The most bytes read from one pipe per look at the child.
 const MAX_READ_PER_LOOK: usize = 256 * 1024;
@@ -42,17 +42,17 @@ const MAX_NAP: Duration = Duration::from_millis(50);
 
 /// What a command that ran to its end left behind.
 #[derive(Debug)]
-pub struct Finished {
-    pub status: ExitStatus,
-    pub stdout: String,
-    pub stderr: String,
+pub(crate) struct Finished {
+    pub(crate) status: ExitStatus,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
     /// Some output was dropped to stay within the cap (e.g. [`MAX_OUTPUT_BYTES`]).
-    pub truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 /// Why a command gave no [`Finished`].
 #[derive(Debug)]
-pub enum RunError {
+pub(crate) enum RunError {
     /// It could not be started.
     Spawn(io::Error),
     /// It ran past its deadline and was killed with its process group.
@@ -63,7 +63,7 @@ pub enum RunError {
 
 /// Runs `program args...` with only PATH and `env` in its environment, and waits at most `timeout`;
 /// keeps at most `max_output` bytes of each stream.
-pub fn run(
+pub(super) fn run(
     program: &Path,
     args: &[String],
     env: &[(String, String)],
@@ -226,7 +226,7 @@ fn set_nonblocking(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// How a finished command's status reads in a message: "exit status 1" or "killed by signal 9".
-pub fn describe(status: &ExitStatus) -> String {
+pub(super) fn describe(status: &ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(signal)) => format!("killed by signal {signal}"),

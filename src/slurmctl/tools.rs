@@ -12,16 +12,16 @@ use super::run::{describe, run, Finished, RunError, MAX_JSON_OUTPUT_BYTES, MAX_O
 
 /// Where [`SlurmTools::find`] looks for scontrol, in order: distribution packages, then the two
 /// usual prefixes of a source build.
-pub const SEARCH_DIRS: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/slurm/bin"];
+const SEARCH_DIRS: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/slurm/bin"];
 
 /// How long one attempt may take. A client that cannot reach the controller gives up by itself
 /// after about 9 s (update, requeue) to 18 s (show job) on the dev cluster; this leaves it room to
 /// say so, which is worth a retry, while a hung command is cut off.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest AdminComment we write: a guard of ours, well under Linux's 128 KiB per argument.
 /// Slurm 22.05 sets no limit on updates.
-pub const MAX_ADMIN_COMMENT_BYTES: usize = 64 * 1024;
+const MAX_ADMIN_COMMENT_BYTES: usize = 64 * 1024;
 
 /// Pauses between attempts when the controller looks unreachable. Attempts = pauses + 1.
 /// Timeouts and refusals are never retried.
@@ -194,7 +194,7 @@ impl SlurmTools {
     }
 
     /// Where `squeue` is: beside `scontrol`.
-    pub fn squeue_path(&self) -> PathBuf {
+    fn squeue_path(&self) -> PathBuf {
         self.scontrol.with_file_name("squeue")
     }
 

@@ -9,7 +9,7 @@ use super::sys;
 
 /// Where the plugin is running (`spank_context()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Context {
+pub(crate) enum Context {
     /// srun on the submit host.
     Local,
     /// slurmstepd on a compute node, for one step.
@@ -25,9 +25,9 @@ pub enum Context {
 
 /// A SPANK call that failed, with Slurm's own words for why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpankError {
-    pub call: &'static str,
-    pub code: sys::spank_err_t,
+pub(crate) struct SpankError {
+    pub(crate) call: &'static str,
+    pub(crate) code: sys::spank_err_t,
 }
 
 impl fmt::Display for SpankError {
@@ -73,19 +73,19 @@ macro_rules! item {
 }
 
 /// The handle Slurm passes to a hook, plus the hook's plugstack arguments.
-pub struct Spank {
+pub(crate) struct Spank {
     raw: sys::spank_t,
     args: Vec<String>,
 }
 
 /// The longest environment value [`Spank::getenv`] reads: Linux's limit for one argument or
 /// variable (`MAX_ARG_STRLEN`, 128 KiB).
-pub const MAX_ENV_VALUE: usize = 128 * 1024;
+const MAX_ENV_VALUE: usize = 128 * 1024;
 
 impl Spank {
     /// # Safety
     /// `raw`, `ac` and `av` must be what Slurm passed to the hook being run.
-    pub unsafe fn from_hook(raw: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> Spank {
+    pub(crate) unsafe fn from_hook(raw: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> Spank {
         let mut args = Vec::new();
         if !av.is_null() {
             for i in 0..ac.max(0) as usize {
@@ -99,11 +99,11 @@ impl Spank {
     }
 
     /// The words after the plugin's path on its plugstack.conf line.
-    pub fn plugin_args(&self) -> &[String] {
+    pub(super) fn plugin_args(&self) -> &[String] {
         &self.args
     }
 
-    pub fn context(&self) -> Context {
+    pub(super) fn context(&self) -> Context {
         use sys::spank_context::*;
         // SAFETY: no arguments; reads Slurm's global plugin stack.
         match unsafe { sys::spank_context() } {
@@ -116,7 +116,7 @@ impl Spank {
         }
     }
 
-    pub fn register_option(&self, option: &SpankOption) -> Result<(), SpankError> {
+    pub(crate) fn register_option(&self, option: &SpankOption) -> Result<(), SpankError> {
         let mut raw = option.to_raw();
         // SAFETY: `raw` points at 'static strings; Slurm copies what it keeps.
         check("spank_option_register", unsafe {
@@ -125,7 +125,7 @@ impl Spank {
     }
 
     /// The option's value if the job was given it (`None` if not).
-    pub fn getopt(&self, option: &SpankOption) -> Result<Option<String>, SpankError> {
+    pub(crate) fn getopt(&self, option: &SpankOption) -> Result<Option<String>, SpankError> {
         let mut raw = option.to_raw();
         let mut value: *mut c_char = std::ptr::null_mut();
         // SAFETY: `raw` is valid for the call; Slurm sets `value` to a string it owns, or NULL.
@@ -144,7 +144,7 @@ impl Spank {
     }
 
     /// Sets a variable in the job's environment (batch script and tasks), replacing any value.
-    pub fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
+    pub(super) fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
         let name = c_string("spank_setenv", name)?;
         let value = c_string("spank_setenv", value)?;
         // SAFETY: both strings are valid for the call; Slurm copies them.
@@ -154,7 +154,7 @@ impl Spank {
     }
 
     /// Removes a variable from the job's environment; one that is not there is fine.
-    pub fn unsetenv(&self, name: &str) -> Result<(), SpankError> {
+    pub(crate) fn unsetenv(&self, name: &str) -> Result<(), SpankError> {
         let name = c_string("spank_unsetenv", name)?;
         // SAFETY: the string is valid for the call.
         check("spank_unsetenv", unsafe {
@@ -164,7 +164,7 @@ impl Spank {
 
     /// Reads a variable of the job's environment, whatever its length (up to [`MAX_ENV_VALUE`]
     /// bytes): a long value read as unset would be overwritten, or an identity taken as unknown.
-    pub fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+    pub(super) fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
         let name = c_string("spank_getenv", name)?;
         let mut len = 4096;
         loop {
@@ -197,32 +197,32 @@ impl Spank {
     /// How many times the job was requeued, as slurmstepd knows it from slurmctld (the job's own
     /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps). Slurm 22.05 answers 0 in
     /// the batch step whatever the count (it keeps the count for the environment only).
-    pub fn restart_count(&self) -> Result<u32, SpankError> {
+    pub(crate) fn restart_count(&self) -> Result<u32, SpankError> {
         self.item(item!(S_SLURM_RESTART_COUNT: u32))
     }
 
     /// The job owner's uid (remote and local contexts).
-    pub fn job_uid(&self) -> Result<u32, SpankError> {
+    pub(crate) fn job_uid(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_UID: libc::uid_t))
     }
 
     /// The job owner's primary gid (remote context).
-    pub fn job_gid(&self) -> Result<u32, SpankError> {
+    pub(crate) fn job_gid(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_GID: libc::gid_t))
     }
 
     /// The step id (remote context): a number, or Slurm's special ids for the batch and extern steps.
-    pub fn step_id(&self) -> Result<u32, SpankError> {
+    pub(crate) fn step_id(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_STEPID: u32))
     }
 
     /// The local task id of the task being forked/exited (task hooks in the remote context).
-    pub fn task_id(&self) -> Result<i32, SpankError> {
+    pub(crate) fn task_id(&self) -> Result<i32, SpankError> {
         self.item(item!(S_TASK_ID: c_int))
     }
 
     /// The job id (remote and local contexts).
-    pub fn job_id(&self) -> Result<u32, SpankError> {
+    pub(super) fn job_id(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_ID: u32))
     }
 

@@ -13,11 +13,11 @@ use crate::plugin_args::{parse_plugin_args, PluginArgs};
 use crate::quota::Identity;
 use crate::request;
 
-pub fn check_plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
+pub(crate) fn check_plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
     parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())
 }
 
-pub fn register_options(spank: &Spank) -> Result<(), String> {
+pub(crate) fn register_options(spank: &Spank) -> Result<(), String> {
     for option in options::ALL {
         spank
             .register_option(option)
@@ -26,7 +26,7 @@ pub fn register_options(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
-pub fn check_request(spank: &Spank) -> Result<(), String> {
+pub(crate) fn check_request(spank: &Spank) -> Result<(), String> {
     let Some(value) = options::given(&options::QUOTA) else {
         return Ok(());
     };

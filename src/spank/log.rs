@@ -12,17 +12,17 @@ fn line(message: &str) -> CString {
     CString::new(text.replace('\0', "\\0").replace('\n', " / ")).unwrap_or_default()
 }
 
-pub fn info(message: &str) {
+pub(super) fn info(message: &str) {
     // SAFETY: "%s" with one valid NUL-terminated string is a well-formed printf call.
     unsafe { sys::slurm_info(c"%s".as_ptr(), line(message).as_ptr()) }
 }
 
-pub fn error(message: &str) {
+pub(super) fn error(message: &str) {
     // SAFETY: as in `info`.
     unsafe { sys::slurm_error(c"%s".as_ptr(), line(message).as_ptr()) }
 }
 
-pub fn verbose(message: &str) {
+pub(crate) fn verbose(message: &str) {
     // SAFETY: as in `info`.
     unsafe { sys::slurm_verbose(c"%s".as_ptr(), line(message).as_ptr()) }
 }

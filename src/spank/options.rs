@@ -7,20 +7,20 @@ use std::sync::Mutex;
 use super::{exports::guard, sys};
 use crate::request;
 
-pub struct SpankOption {
-    pub name: &'static CStr,
-    pub arginfo: &'static CStr,
-    pub usage: &'static CStr,
+pub(crate) struct SpankOption {
+    pub(crate) name: &'static CStr,
+    arginfo: &'static CStr,
+    pub(crate) usage: &'static CStr,
     /// Whether the option takes a value (`--opt=VALUE`) or is a flag.
-    pub has_arg: bool,
+    has_arg: bool,
     /// The value Slurm hands back to the callback, to tell options apart.
-    pub val: c_int,
+    val: c_int,
     /// Checks a value on the submit host; the message names the option and the value.
-    pub validate: fn(&str) -> Result<(), String>,
+    pub(crate) validate: fn(&str) -> Result<(), String>,
 }
 
 impl SpankOption {
-    pub fn to_raw(&self) -> sys::spank_option {
+    pub(crate) fn to_raw(&self) -> sys::spank_option {
         sys::spank_option {
             name: self.name.as_ptr() as *mut c_char,
             arginfo: if self.has_arg {
@@ -36,7 +36,7 @@ impl SpankOption {
     }
 }
 
-pub const QUOTA: SpankOption = SpankOption {
+pub(super) const QUOTA: SpankOption = SpankOption {
     name: c"gpu-mem-quota",
     arginfo: c"SIZE",
     usage: c"GPU memory the job may use on each of its GPUs: a size as for --mem (40G, 40960M; bare number = MiB). \
@@ -46,7 +46,7 @@ pub const QUOTA: SpankOption = SpankOption {
     validate: |value| request::parse_quota_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
-pub const BATCH: SpankOption = SpankOption {
+pub(crate) const BATCH: SpankOption = SpankOption {
     name: c"gpu-mem-batch",
     arginfo: c"MICRO[xACCUM]",
     usage: c"The job's batch geometry (e.g. 8x8: micro-batch 8, gradient accumulation 8). After a requeue for GPU \
@@ -56,7 +56,7 @@ pub const BATCH: SpankOption = SpankOption {
     validate: |value| crate::batch::parse_batch_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
-pub const PREEMPTIBLE: SpankOption = SpankOption {
+pub(crate) const PREEMPTIBLE: SpankOption = SpankOption {
     name: c"gpu-mem-preemptible",
     arginfo: c"",
     usage: c"Volunteer this job to be requeued first when a shared GPU runs short of memory.",
@@ -65,7 +65,7 @@ pub const PREEMPTIBLE: SpankOption = SpankOption {
     validate: |_| Ok(()),
 };
 
-pub const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
+pub(super) const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
 
 /// The values given on this submit host's command line (by option `val`), kept for the policy check
 /// in `init_post_opt`: Slurm's getopt does not work in the allocator context. Plain process state:
@@ -73,7 +73,7 @@ pub const ALL: &[SpankOption] = &[QUOTA, BATCH, PREEMPTIBLE];
 static GIVEN: Mutex<Vec<(c_int, String)>> = Mutex::new(Vec::new());
 
 /// The value of `option` given on this submit host's command line, if any.
-pub fn given(option: &SpankOption) -> Option<String> {
+pub(super) fn given(option: &SpankOption) -> Option<String> {
     let given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     given
         .iter()

@@ -73,7 +73,7 @@ fn step_plan() -> Option<StepPlan> {
         .clone()
 }
 
-pub fn user_init(spank: &Spank) -> Result<(), String> {
+pub(crate) fn user_init(spank: &Spank) -> Result<(), String> {
     let job = job_label(spank);
     let plan = plan(spank);
     match &plan.verdict {
@@ -89,7 +89,7 @@ pub fn user_init(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
-pub fn task_post_fork(spank: &Spank) -> Result<(), String> {
+pub(crate) fn task_post_fork(spank: &Spank) -> Result<(), String> {
     if spank.task_id().unwrap_or(0) != 0 {
         return Ok(());
     }
@@ -113,7 +113,7 @@ pub fn task_post_fork(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
-pub fn task_init(spank: &Spank) -> Result<(), String> {
+pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
     // Should user_init not have run in this process, decide here: the same inputs, the same answer.
     let plan = step_plan().unwrap_or_else(|| plan(spank));
     let job = job_label(spank);
@@ -276,7 +276,7 @@ fn restarted(spank: &Spank, tools: &SlurmTools, job_id: u32) -> Result<bool, Str
 }
 
 /// The job is done on this node (extern step) or its batch script is (batch step): stop the watchdog.
-pub fn exit(spank: &Spank) -> Result<(), String> {
+pub(super) fn exit(spank: &Spank) -> Result<(), String> {
     let step = spank.step_id().map_err(|e| e.to_string())?;
     if step != EXTERN_STEP && step != BATCH_STEP {
         return Ok(());

@@ -22,17 +22,17 @@ use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 
 /// What the watchdog knows of its job for the registry.
-pub struct JobFacts {
-    pub user: String,
-    pub quota: Option<u64>,
-    pub priority: JobPriority,
-    pub preemptible: bool,
-    pub requeueable: bool,
+pub(crate) struct JobFacts {
+    pub(crate) user: String,
+    pub(crate) quota: Option<u64>,
+    pub(crate) priority: JobPriority,
+    pub(crate) preemptible: bool,
+    pub(crate) requeueable: bool,
     /// Preemptions in earlier runs (from the job's record).
-    pub preemptions: u32,
+    pub(crate) preemptions: u32,
 }
 
-pub struct Contender {
+pub(crate) struct Contender {
     job_id: u32,
     node: String,
     settings: PreemptSettings,
@@ -46,7 +46,7 @@ pub struct Contender {
 }
 
 impl Contender {
-    pub fn new(
+    pub(crate) fn new(
         job_id: u32,
         node: &str,
         settings: PreemptSettings,
@@ -89,7 +89,7 @@ impl Contender {
     /// watchdog preempted its own job. `record` is what the watchdog recorded of this run so far
     /// (peaks included): a preemption records it with the event, so the restart's hints know that
     /// the job stayed within its quota.
-    pub fn tick(
+    pub(crate) fn tick(
         &mut self,
         samples: &[GpuSample],
         record: Option<&record::Entry>,
@@ -273,7 +273,7 @@ impl Contender {
     }
 
     /// The watchdog leaves: its entry goes with it.
-    pub fn leave(&self) {
+    pub(crate) fn leave(&self) {
         let _ = self.registry.remove(self.job_id);
     }
 }

@@ -171,7 +171,7 @@ fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool,
 /// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
 /// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
 /// sample, decide, act, record and write the metrics; then leave, removing what it made.
-pub fn run(params: Params) -> ExitCode {
+pub(crate) fn run(params: Params) -> ExitCode {
     let mut daemon = match Daemon::start(params) {
         Ok(daemon) => daemon,
         Err(code) => return code,

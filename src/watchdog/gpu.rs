@@ -32,9 +32,9 @@ pub struct GpuSample {
 }
 
 /// A source that keeps its last sample, for the code that looks at the same sample after the loop.
-pub struct Recording<'a> {
-    pub inner: &'a mut dyn GpuSource,
-    pub last: Vec<GpuSample>,
+pub(crate) struct Recording<'a> {
+    pub(crate) inner: &'a mut dyn GpuSource,
+    pub(crate) last: Vec<GpuSample>,
 }
 
 impl GpuSource for Recording<'_> {
@@ -115,7 +115,7 @@ impl NvmlSource {
     /// Marks the job's GPUs (as Slurm lists them: indices match a device's minor number, the N of
     /// /dev/nvidiaN, else NVML's own index; UUIDs match exactly), unmarking the others. Returns
     /// the names that match no GPU of the node.
-    pub fn mark_listed(&mut self, gpus: &[String]) -> Vec<String> {
+    pub(crate) fn mark_listed(&mut self, gpus: &[String]) -> Vec<String> {
         for gpu in &mut self.gpus {
             gpu.listed = false;
         }
@@ -134,7 +134,7 @@ impl NvmlSource {
     }
 
     /// How many GPUs NVML lists on the node.
-    pub fn device_count(&self) -> usize {
+    pub(crate) fn device_count(&self) -> usize {
         self.gpus.len()
     }
 

@@ -27,11 +27,11 @@ use crate::config::{Action, Enforcement};
 
 /// After a warning, usage must fall below this share of the warn level to count as recovered: a
 /// job hovering at the threshold stays warned instead of crossing it every sample.
-pub const RECOVER_SHARE_OF_WARN: f64 = 0.9;
+pub(crate) const RECOVER_SHARE_OF_WARN: f64 = 0.9;
 
 /// After the first warn (or recover) line of a job, at most one more per this, carrying the count
 /// of crossings not logged since.
-pub const CROSSING_LINE_EVERY: Duration = Duration::from_secs(5 * 60);
+const CROSSING_LINE_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// What one sample means for the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,7 +134,7 @@ fn episode_is_due(episode: &Episode, now: Instant, grace: Duration, grace_over_s
 
 /// Which log line a crossing of the warn threshold asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Crossing {
+pub(crate) enum Crossing {
     Warn,
     Recovered,
 }
@@ -165,14 +165,14 @@ impl LineBudget {
 /// threshold must not write two syslog lines per cycle (review F13). The first line of each kind
 /// is logged; after it at most one per [`CROSSING_LINE_EVERY`], saying how many were not logged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CrossingLines {
+pub(crate) struct CrossingLines {
     warn: LineBudget,
     recovered: LineBudget,
 }
 
 impl CrossingLines {
     /// `Some(crossings not logged since the last such line)` when this one is to be logged.
-    pub fn admit(&mut self, crossing: Crossing, now: Instant) -> Option<u32> {
+    pub(crate) fn admit(&mut self, crossing: Crossing, now: Instant) -> Option<u32> {
         let budget = match crossing {
             Crossing::Warn => &mut self.warn,
             Crossing::Recovered => &mut self.recovered,
@@ -182,7 +182,7 @@ impl CrossingLines {
 }
 
 /// What to add to a logged crossing line about the ones not logged before it.
-pub fn not_logged_note(not_logged: u32) -> String {
+pub(crate) fn not_logged_note(not_logged: u32) -> String {
     match not_logged {
         0 => String::new(),
         n => format!(
@@ -194,17 +194,17 @@ pub fn not_logged_note(not_logged: u32) -> String {
 
 /// The ladder's memory between samples.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Ladder {
+pub(crate) struct Ladder {
     warned: bool,
     episode: Option<Episode>,
     acted: bool,
     /// Kept across `retry_later`: a retry is no reason to log more lines.
-    pub lines: CrossingLines,
+    pub(crate) lines: CrossingLines,
 }
 
 impl Ladder {
     /// Feeds one sample: the highest usage over the job's GPUs against the quota per GPU.
-    pub fn observe(&mut self, used: u64, quota: u64, now: Instant, settings: &Enforcement) -> Step {
+    pub(crate) fn observe(&mut self, used: u64, quota: u64, now: Instant, settings: &Enforcement) -> Step {
         if self.acted {
             return Step::Nothing;
         }
@@ -261,40 +261,40 @@ impl Ladder {
     /// `Act` came, but the fresh sample that confirms it was not over the quota: do not act now,
     /// and keep the episode, so the next sample over the quota (with the window still over)
     /// acts. A reset here would hand a job that dips under its quota a new grace period.
-    pub fn unconfirmed(&mut self) {
+    pub(crate) fn unconfirmed(&mut self) {
         self.acted = false;
     }
 
     /// `Act` came but could not be carried out (slurmctld unreachable, record not writable):
     /// start the episode afresh, so the next attempt comes a grace period later, as it always
     /// did. The warning stands: a retry is not a new crossing.
-    pub fn retry_later(&mut self) {
+    pub(crate) fn retry_later(&mut self) {
         self.acted = false;
         self.episode = None;
     }
 
     /// Whether the job is over its quota right now (as of the last sample).
-    pub fn is_over(&self) -> bool {
+    pub(crate) fn is_over(&self) -> bool {
         self.episode.as_ref().is_some_and(Episode::is_over)
     }
 
     /// Whether the job is warned: at or above the warn level, or not yet below the recover level.
-    pub fn is_warned(&self) -> bool {
+    pub(crate) fn is_warned(&self) -> bool {
         self.warned
     }
 }
 
 /// What the job's Slurm record allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JobFacts {
+pub(crate) struct JobFacts {
     /// A batch job with requeue allowed (`BatchFlag=1`, `Requeue=1`).
-    pub requeueable: bool,
+    pub(crate) requeueable: bool,
     /// Requeues we caused in earlier runs (from the job's record).
-    pub requeues_by_us: u32,
+    pub(crate) requeues_by_us: u32,
 }
 
 /// The action for a job that stayed over its quota, and why when it is not the configured one.
-pub fn choose_action(settings: &Enforcement, job: JobFacts) -> (Action, Option<String>) {
+pub(crate) fn choose_action(settings: &Enforcement, job: JobFacts) -> (Action, Option<String>) {
     let wanted = settings.action;
     if matches!(wanted, Action::WarnOnly | Action::Cancel) {
         return (wanted, None);

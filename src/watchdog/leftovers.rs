@@ -28,7 +28,7 @@ use crate::trusted_dir::TrustedDir;
 const LEFT: &str = " (its job has left this node)";
 
 /// A temporary file this old was left by a writer that died.
-pub const STALE_TEMPORARY: Duration = Duration::from_secs(60);
+const STALE_TEMPORARY: Duration = Duration::from_secs(60);
 
 /// Removes the leftovers of jobs that have no runtime directory, and stale temporary files; says
 /// what it removed and why, one line each. Errors name the directory that could not be read and

@@ -19,11 +19,11 @@ use crate::trusted_dir::{euid, TrustedDir};
 const LOG_FILE: &str = "watchdog.log";
 const OLDER_LOG_FILE: &str = "watchdog.log.1";
 /// Past this size the fallback file is rotated (once: one older generation is kept).
-pub const MAX_LOG_BYTES: u64 = 4 << 20;
+const MAX_LOG_BYTES: u64 = 4 << 20;
 
 use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
 
-pub struct Log {
+pub(crate) struct Log {
     job_id: u32,
     sink: Sink,
 }
@@ -42,7 +42,7 @@ enum Level {
 }
 
 impl Log {
-    pub fn open(job_id: u32, fallback_dir: PathBuf) -> Log {
+    pub(crate) fn open(job_id: u32, fallback_dir: PathBuf) -> Log {
         let formatter = Formatter3164 {
             facility: Facility::LOG_DAEMON,
             hostname: None,
@@ -56,15 +56,15 @@ impl Log {
         Log { job_id, sink }
     }
 
-    pub fn info(&mut self, message: &str) {
+    pub(crate) fn info(&mut self, message: &str) {
         self.write(Level::Info, message)
     }
 
-    pub fn warning(&mut self, message: &str) {
+    pub(crate) fn warning(&mut self, message: &str) {
         self.write(Level::Warning, message)
     }
 
-    pub fn error(&mut self, message: &str) {
+    pub(crate) fn error(&mut self, message: &str) {
         self.write(Level::Error, message)
     }
 
@@ -93,7 +93,7 @@ impl Log {
 }
 
 /// Appends `text` to `<state_dir>/watchdog.log` under the rules above.
-pub fn append_to_fallback(state_dir: &Path, text: &str) -> io::Result<()> {
+fn append_to_fallback(state_dir: &Path, text: &str) -> io::Result<()> {
     if !state_dir.exists() {
         std::fs::create_dir_all(state_dir)?;
     }

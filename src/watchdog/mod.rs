@@ -9,14 +9,14 @@
 //! Fail-safe: when NVML, attribution or Slurm fails, the watchdog logs, backs off and leaves the
 //! job running. It acts only on its own job, and only on a fresh confirmation of the overuse.
 
-pub mod contend;
+pub(crate) mod contend;
 pub mod control;
-pub mod daemon;
+pub(crate) mod daemon;
 pub mod gpu;
 pub mod ladder;
 pub mod leftovers;
-pub mod log;
-pub mod shared_record;
+pub(crate) mod log;
+mod shared_record;
 pub mod status;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -60,7 +60,7 @@ pub struct GpuUsage {
     pub used: u64,
     pub peak: u64,
     /// Processes of the job whose usage NVML could not tell.
-    pub unavailable: u32,
+    pub(crate) unavailable: u32,
 }
 
 /// Why an action did not happen now: the line to log, and slurmctld's failure under it.
@@ -107,7 +107,7 @@ pub struct Watchdog {
     record_failure_logged: bool,
 }
 
-pub(crate) fn unix_now() -> u64 {
+fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -144,7 +144,7 @@ impl Watchdog {
     }
 
     /// The signal to send to the job's processes now (a new prediction fired), if any.
-    pub fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
+    fn take_signal(&mut self) -> Option<(i32, Vec<u32>)> {
         self.signal_due
             .take()
             .map(|signal| (signal, self.job_pids.clone()))
@@ -557,7 +557,7 @@ impl Watchdog {
     }
 
     /// The job was preempted (by the contention logic): from now on only wait for it to leave.
-    pub fn mark_preempted(&mut self) {
+    fn mark_preempted(&mut self) {
         self.acted = Some(Action::Requeue);
         self.state = status::JobHealth::Acted;
     }

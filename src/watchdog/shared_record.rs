@@ -12,8 +12,8 @@ use crate::record::{self, EventKind};
 
 /// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
 /// the job runs; and by how much (percent) its peak must have grown since the last time.
-pub const RECORD_EVERY: Duration = Duration::from_secs(60);
-pub const RECORD_GROWTH_PERCENT: u64 = 10;
+const RECORD_EVERY: Duration = Duration::from_secs(60);
+const RECORD_GROWTH_PERCENT: u64 = 10;
 
 /// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
 /// a requeue starts the next run.

@@ -56,7 +56,7 @@ pub struct GpuStatus {
 /// The soonest predicted crossing of the quota.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PredictionStatus {
-    pub gpu_index: u32,
+    pub(crate) gpu_index: u32,
     pub seconds_to_quota: u64,
     /// In hundredths (62 = 0.62), as `GPU_MEM_QUOTA_BATCH_SCALE`; a number (`0.62`) in the file.
     #[serde(with = "hundredths")]
@@ -102,20 +102,20 @@ impl Status {
     }
 
     /// Reads a status file (any job's: the caller checks `job_id`).
-    pub fn from_json(text: &str) -> Result<Status, String> {
+    pub(crate) fn from_json(text: &str) -> Result<Status, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
 }
 
 /// Unix seconds as RFC 3339 in UTC (`2026-11-30T06:00:00Z`); `None` past year 9999.
-pub fn rfc3339(unix: u64) -> Option<String> {
+fn rfc3339(unix: u64) -> Option<String> {
     let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(unix).ok()?).ok()?;
     at.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
 /// An RFC 3339 time as Unix seconds (fractions dropped); `None` for anything else, an invalid date
 /// (`2026-02-31`) included, and for times before 1970.
-pub fn parse_rfc3339(text: &str) -> Option<u64> {
+fn parse_rfc3339(text: &str) -> Option<u64> {
     let at = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
     u64::try_from(at.unix_timestamp()).ok()
 }
@@ -124,7 +124,7 @@ pub fn parse_rfc3339(text: &str) -> Option<u64> {
 mod unix_time {
     use serde::{de::IgnoredAny, ser::Error, Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(unix: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(unix: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
         match unix {
             Some(unix) => {
                 let text = super::rfc3339(*unix).ok_or_else(|| S::Error::custom("time out of range"))?;
@@ -134,7 +134,7 @@ mod unix_time {
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Time {
@@ -154,11 +154,11 @@ mod unix_time {
 mod hundredths {
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(n: &u32, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(n: &u32, s: S) -> Result<S::Ok, S::Error> {
         crate::json_number::rounded(&(f64::from(*n) / 100.0), s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
         let x = f64::deserialize(d)? * 100.0;
         if !(0.0..=f64::from(u32::MAX)).contains(&x) {
             return Err(D::Error::custom("suggested_batch_scale out of range"));
