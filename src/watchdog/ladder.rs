@@ -509,20 +509,29 @@ mod tests {
             (7.0, 10.0, 1.0, 10.0),
             (1.6, 2.0, 0.5, 2.0),
         ];
-        for (over, period, interval, grace) in cases {
+        for (over, period, interval, grace, phase, jitter) in every_phase(&cases) {
             let settings = settings(secs(grace), 0.5);
+            let acted = first_act(over, period, phase, interval, jitter, &settings, 120.0);
+            assert!(
+                acted.is_some_and(|at| at <= 2.0 * grace + period),
+                "{over}s of {period}s over, interval {interval}s, grace {grace}s, phase {phase:.2}s, \
+                 jitter {jitter}: acted at {acted:?}"
+            );
+        }
+    }
+
+    /// Each `(over, period, interval, grace)` case at 7 phases of its cycle, with and without
+    /// jitter: `(over, period, interval, grace, phase, jitter)`.
+    fn every_phase(cases: &[(f64, f64, f64, f64)]) -> Vec<(f64, f64, f64, f64, f64, bool)> {
+        let mut runs = Vec::new();
+        for &(over, period, interval, grace) in cases {
             for k in 0..7 {
-                let phase = period * k as f64 / 7.0;
                 for jitter in [false, true] {
-                    let acted = first_act(over, period, phase, interval, jitter, &settings, 120.0);
-                    assert!(
-                        acted.is_some_and(|at| at <= 2.0 * grace + period),
-                        "{over}s of {period}s over, interval {interval}s, grace {grace}s, phase {phase:.2}s, \
-                         jitter {jitter}: acted at {acted:?}"
-                    );
+                    runs.push((over, period, interval, grace, period * k as f64 / 7.0, jitter));
                 }
             }
         }
+        runs
     }
 
     #[test]
@@ -533,18 +542,13 @@ mod tests {
             (0.2, 2.0, 0.1, 2.0),
             (1.0, 10.0, 2.0, 10.0),
         ];
-        for (over, period, interval, grace) in cases {
+        for (over, period, interval, grace, phase, jitter) in every_phase(&cases) {
             let settings = settings(secs(grace), 0.5);
-            for k in 0..7 {
-                let phase = period * k as f64 / 7.0;
-                for jitter in [false, true] {
-                    assert_eq!(
-                        first_act(over, period, phase, interval, jitter, &settings, 3600.0),
-                        None,
-                        "{over}s of {period}s, interval {interval}s, phase {phase:.2}s, jitter {jitter}"
-                    );
-                }
-            }
+            assert_eq!(
+                first_act(over, period, phase, interval, jitter, &settings, 3600.0),
+                None,
+                "{over}s of {period}s, interval {interval}s, phase {phase:.2}s, jitter {jitter}"
+            );
         }
     }
 
