@@ -48,10 +48,7 @@ pub(super) fn run(argv: Vec<String>) -> ExitCode {
         Ok(read) => read,
         Err(status) => return status,
     };
-    let mut slurm = SlurmTools::find();
-    if let Ok(conf) = std::env::var("SLURM_CONF") {
-        slurm = slurm.with_slurm_conf(&conf);
-    }
+    let slurm = SlurmTools::find_configured();
     let output = match slurm.sacct(&query.sacct_args()) {
         Ok(output) => output,
         Err(e) => {

@@ -14,11 +14,10 @@ impl SlurmController {
     /// For `job_id`, with the commands found where Slurm installs them and `SLURM_CONF` from this
     /// process's environment (the watchdog's: the plugin's clean one, never the job's).
     pub(crate) fn from_env(job_id: u32) -> SlurmController {
-        let mut tools = SlurmTools::find();
-        if let Ok(conf) = std::env::var("SLURM_CONF") {
-            tools = tools.with_slurm_conf(&conf);
+        SlurmController {
+            job_id,
+            tools: SlurmTools::find_configured(),
         }
-        SlurmController { job_id, tools }
     }
 }
 

@@ -70,6 +70,16 @@ impl SlurmTools {
         SlurmTools::in_dir(dir.unwrap_or(Path::new(SEARCH_DIRS[0])))
     }
 
+    /// [`SlurmTools::find`], with `SLURM_CONF` from this process's own environment when set
+    /// (slurmstepd's, the watchdog's or the admin's shell: never a job's).
+    pub fn find_configured() -> Self {
+        let tools = SlurmTools::find();
+        match std::env::var("SLURM_CONF") {
+            Ok(conf) => tools.with_slurm_conf(&conf),
+            Err(_) => tools,
+        }
+    }
+
     /// `dir/scontrol` and `dir/scancel`, default timeout and backoff, no extra environment.
     pub fn in_dir(dir: &Path) -> Self {
         SlurmTools {

@@ -179,12 +179,9 @@ fn framework_caps(spank: &Spank, quota: ByteSize, tuning: &Tuning) -> Vec<(&'sta
 /// environment (slurmd's), never the job's (in an srun step the user's srun writes it, and could
 /// point root's queries at a controller of their own). Quick: `timeout` per attempt, one retry.
 fn slurm_tools(timeout: std::time::Duration) -> SlurmTools {
-    let mut tools = SlurmTools::find();
+    let mut tools = SlurmTools::find_configured();
     tools.timeout = timeout;
     tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
-    if let Ok(conf) = std::env::var("SLURM_CONF") {
-        tools = tools.with_slurm_conf(&conf);
-    }
     tools
 }
 
