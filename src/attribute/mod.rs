@@ -129,14 +129,21 @@ impl Owner {
 /// listed on a GPU that is (`on_job_gpu`) or is not one of the job's. Pure; the rule is in the
 /// module docs.
 pub(crate) fn counts_for_job(owner: &Owner, job_id: u32, job_uid: u32, on_job_gpu: bool) -> bool {
+    claimed_by(owner, job_id) || (on_job_gpu && unclaimed_process_of(owner, job_uid))
+}
+
+/// Rule 1: some cgroup line of the process, at any depth, is under job `job_id`'s.
+pub(crate) fn claimed_by(owner: &Owner, job_id: u32) -> bool {
+    owner.claims().iter().any(|c| c.job_id == job_id)
+}
+
+/// Rule 2's facts about the process: its real uid is `uid`, and no Slurm-made level of any job
+/// claims it (so none of another job for sure).
+pub(crate) fn unclaimed_process_of(owner: &Owner, uid: u32) -> bool {
     let Owner::Process { real_uid, claims, .. } = owner else {
         return false;
     };
-    if claims.iter().any(|c| c.job_id == job_id) {
-        return true;
-    }
-    let another_jobs_for_sure = claims.iter().any(|c| c.level == Level::Slurm);
-    !another_jobs_for_sure && *real_uid == job_uid && on_job_gpu
+    *real_uid == uid && !claims.iter().any(|c| c.level == Level::Slurm)
 }
 
 /// Who the process with `pid` belongs to: cgroups first, then ancestry. `cgroup_root` is where

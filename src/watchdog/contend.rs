@@ -41,6 +41,9 @@ pub(crate) struct Contender {
     runtime_dir: PathBuf,
     proc_root: PathBuf,
     cgroup_root: PathBuf,
+    /// User names of the uids seen on the job's GPUs (the registry knows users by name), looked
+    /// up once per watchdog rather than once per process and sample.
+    user_names: BTreeMap<u32, Option<String>>,
     /// Set once this watchdog preempted its own job: nothing more to decide.
     done: bool,
 }
@@ -81,6 +84,7 @@ impl Contender {
             runtime_dir: runtime_dir.to_path_buf(),
             proc_root: PathBuf::from("/proc"),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
+            user_names: BTreeMap::new(),
             done: false,
         })
     }
@@ -154,22 +158,24 @@ impl Contender {
     /// so a process moved between a user's jobs counts for each, and one that left its job (a
     /// daemon under linuxproc) counts for its user's jobs on this GPU. The registry knows users by
     /// name: the process's uid is named through passwd.
-    fn usage_by_job(&self, gpu: &GpuSample, on_gpu: &[&Entry]) -> BTreeMap<u32, u64> {
+    fn usage_by_job(&mut self, gpu: &GpuSample, on_gpu: &[&Entry]) -> BTreeMap<u32, u64> {
         let mut used = BTreeMap::new();
         for p in &gpu.processes {
             let owner = attribute::owner_of(&self.proc_root, &self.cgroup_root, p.pid);
             let attribute::Owner::Process { real_uid, .. } = &owner else {
                 continue;
             };
-            let user = crate::passwd::user_name(*real_uid);
+            let user = self
+                .user_names
+                .entry(*real_uid)
+                .or_insert_with(|| crate::passwd::user_name(*real_uid));
             for job in on_gpu {
-                // Another user's job: its uid is not this process's (the rule then looks at claims only).
-                let job_uid = if user.as_deref() == Some(job.user.as_str()) {
-                    *real_uid
-                } else {
-                    real_uid.wrapping_add(1)
-                };
-                if attribute::counts_for_job(&owner, job.job_id, job_uid, true) {
+                // Rule 2 only for the jobs of the process's own user (every listed GPU here is
+                // the job's: `on_gpu`).
+                let same_user = user.as_deref() == Some(job.user.as_str());
+                let counts = attribute::claimed_by(&owner, job.job_id)
+                    || (same_user && attribute::unclaimed_process_of(&owner, *real_uid));
+                if counts {
                     let bytes = used.entry(job.job_id).or_insert(0u64);
                     *bytes = bytes.saturating_add(p.used.unwrap_or(0));
                 }
