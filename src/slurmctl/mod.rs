@@ -31,6 +31,7 @@ mod tools;
 pub use admin_comment::parse_admin_comment;
 pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
+pub(crate) use job_info::JobInfo;
 pub use job_info::{parse_squeue, JobState, SQUEUE_FORMAT};
 pub(crate) use job_json::JobRecord;
 pub use run::SAFE_PATH;

@@ -31,7 +31,7 @@ use crate::preempt::registry;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::SlurmTools;
+use crate::slurmctl::{JobInfo, SlurmTools};
 
 /// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
 const EXTERN_STEP: u32 = 0xffff_fffc;
@@ -134,7 +134,12 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
         vars.extend(plan.restart_hints.iter().cloned());
         if let Ok(BATCH_STEP) = spank.step_id() {
             let job_id = spank.job_id().map_err(|e| e.to_string())?;
-            vars.extend(restart_hints(spank, job_id, quota, tuning));
+            vars.extend(restart_hints(
+                spank,
+                &JobFromSlurmctld::new(job_id),
+                quota,
+                tuning,
+            ));
         }
     }
     for (name, value) in &vars {
@@ -185,17 +190,45 @@ fn slurm_tools(timeout: std::time::Duration) -> SlurmTools {
     tools
 }
 
+/// slurmctld's squeue record of the job, asked at most once per step: the identity of an srun step
+/// and the confirmation of a restart both read it.
+struct JobFromSlurmctld {
+    job_id: u32,
+    answer: std::cell::OnceCell<Result<JobInfo, String>>,
+}
+
+impl JobFromSlurmctld {
+    fn new(job_id: u32) -> JobFromSlurmctld {
+        JobFromSlurmctld {
+            job_id,
+            answer: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn get(&self) -> Result<&JobInfo, &str> {
+        self.answer
+            .get_or_init(|| {
+                slurm_tools(std::time::Duration::from_secs(5))
+                    .job(self.job_id)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+}
+
 /// On a restart (`restarts` from slurmstepd: the job was requeued), what the record of the previous
 /// run says the job should change to fit. One controller round trip per step, on restarts only.
 fn restart_hints(
     spank: &Spank,
-    job_id: u32,
+    slurmctld: &JobFromSlurmctld,
     quota: ByteSize,
     tuning: &Tuning,
 ) -> Vec<(&'static str, String)> {
+    let job_id = slurmctld.job_id;
     let job = job_id.to_string();
     let tools = slurm_tools(std::time::Duration::from_secs(5));
-    match restarted(spank, &tools, job_id) {
+    match restarted(spank, slurmctld) {
         Ok(false) => return Vec::new(),
         Ok(true) => {}
         Err(e) => {
@@ -253,7 +286,7 @@ fn restart_hints(
 /// batch step. `SLURM_RESTART_COUNT` is set by slurmd on every restart (a user cannot hide a real
 /// one, but from their own srun steps), yet the user's to set on a first run: a restart it claims
 /// is confirmed with slurmctld (one squeue, bounded like the identity's).
-fn restarted(spank: &Spank, tools: &SlurmTools, job_id: u32) -> Result<bool, String> {
+fn restarted(spank: &Spank, slurmctld: &JobFromSlurmctld) -> Result<bool, String> {
     if spank.restart_count().is_ok_and(|count| count > 0) {
         return Ok(true);
     }
@@ -266,8 +299,8 @@ fn restarted(spank: &Spank, tools: &SlurmTools, job_id: u32) -> Result<bool, Str
     if !claimed {
         return Ok(false);
     }
-    tools
-        .job(job_id)
+    slurmctld
+        .get()
         .map(|job| job.restarts > 0)
         .map_err(|e| format!("cannot read the job's restart count from slurmctld: {e}"))
 }
@@ -367,7 +400,8 @@ fn plan(spank: &Spank) -> StepPlan {
         let policy = config::load_for_job(&args.config, args.on_config_error);
         let job_id = spank.job_id().map_err(|e| e.to_string())?;
         let step = spank.step_id().map_err(|e| e.to_string())?;
-        let who = identity(spank, job_id, step, policy.as_ref().ok())?;
+        let slurmctld = JobFromSlurmctld::new(job_id);
+        let who = identity(spank, &slurmctld, step, policy.as_ref().ok())?;
         let gpus = job_gpus(spank, step);
         // The real GPU size, from the inventory the node's watchdogs keep (no NVML in slurmstepd).
         let gpu_total = policy.as_ref().ok().and_then(|config| {
@@ -388,7 +422,9 @@ fn plan(spank: &Spank) -> StepPlan {
         // Once per step. The batch step's in its task (one task), where slurmd's
         // SLURM_RESTART_COUNT is in the environment already; it is not yet at user_init.
         let restart_hints = match (verdict.quota, &tuning) {
-            (Some(quota), Some(tuning)) if step != BATCH_STEP => restart_hints(spank, job_id, quota, tuning),
+            (Some(quota), Some(tuning)) if step != BATCH_STEP => {
+                restart_hints(spank, &slurmctld, quota, tuning)
+            }
             _ => Vec::new(),
         };
         let watch = match (&policy, gpus) {
@@ -451,10 +487,11 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
 /// ([`admission::on_node`]).
 fn identity(
     spank: &Spank,
-    job_id: u32,
+    slurmctld: &JobFromSlurmctld,
     step: u32,
     config: Option<&config::Config>,
 ) -> Result<Identity, String> {
+    let job_id = slurmctld.job_id;
     let uid = spank.job_uid().map_err(|e| e.to_string())?;
     let user = crate::passwd::user_name(uid).ok_or_else(|| format!("uid {uid} has no passwd entry"))?;
     let mut who = Identity {
@@ -471,12 +508,12 @@ fn identity(
     if !config.is_some_and(admission::depends_on_identity) {
         return Ok(who);
     }
-    match slurm_tools(std::time::Duration::from_secs(5)).job(job_id) {
+    match slurmctld.get() {
         Ok(job) => {
-            let known = |s: String| (!s.is_empty()).then_some(s);
-            who.account = known(job.account);
-            who.partition = known(job.partition);
-            who.qos = known(job.qos);
+            let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
+            who.account = known(&job.account);
+            who.partition = known(&job.partition);
+            who.qos = known(&job.qos);
         }
         Err(e) => log::error(&format!(
             "job {job_id}: cannot read the job's account, partition and QOS from slurmctld ({e}): \
