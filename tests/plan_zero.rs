@@ -56,13 +56,13 @@ fn precisions_and_optimizers_change_bytes_per_parameter() {
     use gpu_mem_quota::plan::Precision::*;
     // Bytes per parameter of model states on one GPU, no sharding.
     let table: &[(Precision, gpu_mem_quota::plan::Optimizer, f64)] = &[
-        (Fp32, AdamW, 16.0),                   // 4 weights + 4 grads + 8 (m, v)
-        (Amp, AdamW, 16.0),                    // same states; 16-bit copies are transient
-        (Mixed, AdamW, 16.0),                  // 2 + 2 + 12 (K = 12)
-        (Bf16, AdamW, 8.0),                    // 2 + 2 + 4 (bf16 m, v)
-        (Mixed, Sgd, 8.0),                     // 2 + 2 + 4 master
-        (Mixed, SgdMomentum, 12.0),            // 2 + 2 + 4 master + 4 momentum
-        (Fp32, Adam8bit, 10.0 + 8.0 / 2048.0), // 4 + 4 + 2 x (1 + 4/2048)
+        (Fp32, AdamW, 16.0),                  // 4 weights + 4 grads + 8 (m, v)
+        (Amp, AdamW, 16.0),                   // same states; 16-bit copies are transient
+        (Mixed, AdamW, 16.0),                 // 2 + 2 + 12 (K = 12)
+        (Bf16, AdamW, 8.0),                   // 2 + 2 + 4 (bf16 m, v)
+        (Mixed, Sgd, 8.0),                    // 2 + 2 + 4 master
+        (Mixed, SgdMomentum, 12.0),           // 2 + 2 + 4 master + 4 momentum
+        (Fp32, Adam8bit, 10.0 + 8.0 / 256.0), // 4 + 4 + 2 x (1 + 4/256)
     ];
     for &(precision, optimizer, per_param) in table {
         let mut job = Job::new(Model::ParamsOnly(1_000_000_000), 1, 1);

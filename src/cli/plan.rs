@@ -97,7 +97,8 @@ Training
   --optimizer O         adamw (default) | adam8bit | sgd | sgd-momentum | adafactor |
                         galore (GaLore AdamW on the layers' weight matrices)
   --galore-rank R       GaLore projection rank (default 128; needs --optimizer galore)
-  --optimizer-impl I    loop | foreach | fused; default: the framework's (pytorch: foreach)
+  --optimizer-impl I    loop | foreach | fused; default: the framework's (pytorch: foreach);
+                        adam8bit: fused is bitsandbytes, the others torchao's AdamW8bit
   --optimizer-in-backward
                         each parameter's step runs in backward and frees its gradient
                         (torchtune optimizer_in_bwd; needs --grad-accum 1)

@@ -96,7 +96,8 @@ impl Precision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Optimizer {
     AdamW,
-    /// bitsandbytes 8-bit AdamW (block-wise quantised states).
+    /// 8-bit AdamW (block-wise quantised states): bitsandbytes' fused kernel with
+    /// `--optimizer-impl fused`, otherwise torchao's per-parameter step.
     Adam8bit,
     Sgd,
     SgdMomentum,

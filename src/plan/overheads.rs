@@ -236,6 +236,15 @@ pub(crate) fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
             local.largest_trainable * s,
             "AdamW loop: sqrt(variance) of the largest parameter",
         ),
+        // bitsandbytes updates its 8-bit states in place in one kernel. torchao's AdamW8bit
+        // steps one parameter at a time through a compiled `single_param_adam` that dequantises
+        // both moments to fp32 (`exp_avg.float().lerp(...)`), which the quantising `copy_` and
+        // the update both read: two fp32 buffers the size of the parameter being stepped.
+        (StepKernel::Fused, Optimizer::Adam8bit) => (0.0, ""),
+        (_, Optimizer::Adam8bit) => (
+            2.0 * local.largest_trainable * 4.0,
+            "8-bit AdamW (torchao): both moments of the largest parameter dequantised to fp32",
+        ),
         // galore_torch loops over parameters; every update_proj_gap steps it takes the SVD of an
         // fp32 copy of the gradient, and it projects the update back to full rank.
         (_, Optimizer::Galore { .. }) => (
@@ -249,12 +258,20 @@ pub(crate) fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
         ),
         _ => (0.0, ""),
     };
+    // A step in backward runs while the backward's tensors are live (the output head steps
+    // right after the loss's backward), so its temporaries add to that phase, not to a phase of
+    // their own after it.
+    let phase = if job.optimizer_in_backward {
+        Phase::Forward
+    } else {
+        Phase::Step
+    };
     if bytes > 0.0 {
         out.push(Term::new(
             "step_temporaries",
             what,
             bytes,
-            Phase::Step,
+            phase,
             "torch.optim docs: foreach implementations hold tensor-list intermediates",
         ));
     }

@@ -60,9 +60,10 @@ pub(crate) fn state_bytes(precision: Precision) -> f64 {
 /// 0.127 bits per parameter).
 pub(crate) const NF4_BYTES: f64 = (4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0)) / 8.0;
 
-/// bitsandbytes 8-bit optimizers: one byte per state element plus one fp32 absmax per block of
-/// 2048 (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
-const BLOCKWISE_8BIT: f64 = 1.0 + 4.0 / 2048.0;
+/// 8-bit optimizers: one byte per state element plus one fp32 absmax per block of 256 (Dettmers
+/// et al. 2022, "8-bit Optimizers via Block-wise Quantization", used 2048; bitsandbytes'
+/// `Optimizer2State.init_state` and torchao's `AdamW8bit` both quantise in blocks of 256).
+const BLOCKWISE_8BIT: f64 = 1.0 + 4.0 / 256.0;
 
 /// The optimizer's own state for the trainable parameters on this GPU, before sharding: bytes and
 /// a description.
