@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use crate::watchdog::assert_cleaned_up;
 
+/// The fake GPUs' claim files as jobs see them (this process: `fake_nvml_dir()`).
 const FAKE_PROCS: &str = "/var/lib/fake-nvml/procs";
 
 /// Fast enforcement: sample every 500 ms, 1 s of grace; `extra` goes into `[enforcement]`.
@@ -95,7 +96,7 @@ const PRINT_ALLOCATION: &str =
 
 fn remove_claim(gpu: Option<String>, pid: Option<String>) {
     if let (Some(gpu), Some(pid)) = (gpu, pid) {
-        let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu).join(pid));
+        let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu).join(pid));
     }
 }
 
@@ -267,7 +268,7 @@ fn f8_no_watchdog_outlives_a_forged_gpu_srun_job() {
         .unwrap();
     let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"));
     let home = std::fs::metadata(format!("/home/{}", test_user())).unwrap();
-    let mut watchdog = Command::new(lab().join("bin/gpu-mem-quota"))
+    let mut watchdog = lab_command(lab().join("bin/gpu-mem-quota"))
         .args([
             "watchdog".to_string(),
             format!("--job={job}"),
@@ -549,14 +550,14 @@ impl Drop for MovedOut {
             for pid in procs.split_whitespace() {
                 let _ = Command::new("kill").args(["-KILL", pid]).status();
                 for gpu in 0..4 {
-                    let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu.to_string()).join(pid));
+                    let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu.to_string()).join(pid));
                 }
             }
             let _ = wait_until(Duration::from_secs(5), || {
                 std::fs::remove_dir(dir).is_ok() || !dir.exists()
             });
         }
-        let _ = Command::new("scancel")
+        let _ = lab_command("scancel")
             .arg(self.b.to_string())
             .env("SLURM_CONF", slurm_conf())
             .status();
