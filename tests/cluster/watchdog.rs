@@ -1,7 +1,6 @@
 //! The per-job watchdog on the cluster, with the fake NVML: jobs "allocate" GPU memory by writing
 //! `/var/lib/fake-nvml/procs/<gpu>/<pid>` (tests/fake-nvml/README.md).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
