@@ -155,6 +155,9 @@ mod tests {
         // NOSPACE, NOT_REMOTE, NOEXIST, NOT_EXECD, NOT_AVAIL, NOT_LOCAL, NODE_FAILURE, JOB_FAILURE.
         assert_eq!(sys::slurm_err_t_ESPANK_ERROR, 3000);
         assert_eq!(sys::slurm_err_t_ESPANK_NOT_LOCAL, 3010);
-        assert_eq!(slurm_spank_init_failure_mode, sys::slurm_err_t_ESPANK_NOT_LOCAL as c_int + 1);
+        assert_eq!(
+            slurm_spank_init_failure_mode,
+            sys::slurm_err_t_ESPANK_NOT_LOCAL as c_int + 1
+        );
     }
 }

@@ -42,11 +42,16 @@ fn needed(file: &Path) -> Vec<String> {
 }
 
 fn library_in_root(name: &str) -> PathBuf {
-    ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib"]
-        .iter()
-        .map(|dir| under_root(&format!("{dir}/{name}")))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("the plugin needs {name}, which {} lacks", root().display()))
+    [
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib64",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|dir| under_root(&format!("{dir}/{name}")))
+    .find(|p| p.exists())
+    .unwrap_or_else(|| panic!("the plugin needs {name}, which {} lacks", root().display()))
 }
 
 #[test]
@@ -99,7 +104,10 @@ fn the_plugin_is_built_for_the_running_slurm() {
         .unwrap_or_default()
         .split(['.', '-'])
         .take(3)
-        .map(|n| n.parse().unwrap_or_else(|_| panic!("scontrol --version: {version}")))
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("scontrol --version: {version}"))
+        })
         .collect();
     let file = lab().join("lib/gpu_mem_quota.so");
     // plugin_version is a u32 in .rodata: at nm's address, through the LOAD segment holding it.

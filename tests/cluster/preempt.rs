@@ -118,7 +118,10 @@ impl Drop for Pair {
 /// reused by a later process of the same user, and the fake would count its claim again), and no
 /// preemption cooldown left by an earlier test.
 fn fresh_gpus() {
-    for gpu in std::fs::read_dir(fake_nvml_dir().join("procs")).unwrap().flatten() {
+    for gpu in std::fs::read_dir(fake_nvml_dir().join("procs"))
+        .unwrap()
+        .flatten()
+    {
         for claim in std::fs::read_dir(gpu.path()).unwrap().flatten() {
             let _ = std::fs::remove_file(claim.path());
         }

@@ -449,7 +449,7 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     for claim in output.lines().filter_map(|l| l.strip_prefix("claim=")) {
-        let _ = std::fs::remove_file(claim); // run 0's, killed by the requeue
+        let _ = std::fs::remove_file(fake_nvml_path(claim)); // run 0's, killed by the requeue
     }
     assert!(
         sacct_field(job, "Comment").contains("FORGED"),
@@ -550,7 +550,8 @@ impl Drop for MovedOut {
             for pid in procs.split_whitespace() {
                 let _ = Command::new("kill").args(["-KILL", pid]).status();
                 for gpu in 0..4 {
-                    let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu.to_string()).join(pid));
+                    let _ =
+                        std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu.to_string()).join(pid));
                 }
             }
             let _ = wait_until(Duration::from_secs(5), || {
@@ -750,7 +751,7 @@ fn defect4_a_job_its_user_cancels_keeps_the_record_of_its_run() {
     );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     if let Some(claim) = output.lines().next() {
-        let _ = std::fs::remove_file(claim.trim());
+        let _ = std::fs::remove_file(fake_nvml_path(claim.trim()));
     }
     let recorded = |c: &str| c.contains("gpu-mem-quota:v1{") && c.contains("q=8G") && c.contains("=3G/");
     let comment = admin_comment(job);

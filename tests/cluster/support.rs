@@ -46,6 +46,14 @@ pub fn lab_command(program: impl AsRef<OsStr>) -> Command {
     }
 }
 
+/// Where this process finds a fake-NVML file a job names (`/var/lib/fake-nvml/procs/0/123`).
+pub fn fake_nvml_path(seen_by_job: &str) -> PathBuf {
+    match Path::new(seen_by_job).strip_prefix("/var/lib/fake-nvml") {
+        Ok(rest) => fake_nvml_dir().join(rest),
+        Err(_) => PathBuf::from(seen_by_job),
+    }
+}
+
 /// The lab's fake-GPU scenario directory (tests/fake-nvml/README.md) as this process sees it. Jobs
 /// and the watchdog see it as /var/lib/fake-nvml, as scripts name it.
 pub fn fake_nvml_dir() -> PathBuf {
