@@ -18,6 +18,18 @@ fn under_root(path: &str) -> PathBuf {
     root().join(path.trim_start_matches('/'))
 }
 
+/// The plugin the lab's plugstack.conf loads (the build's in the lab, or the package's), as this
+/// process reaches it.
+fn plugin() -> PathBuf {
+    let plugstack = std::fs::read_to_string(lab().join("etc/plugstack.conf")).unwrap();
+    let path = plugstack
+        .lines()
+        .find_map(|l| l.strip_prefix("required "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no plugin in plugstack.conf: {plugstack}"));
+    under_root(path)
+}
+
 /// `nm -D` of `file` with `flags`: (type letter, symbol with its version if any).
 fn dynamic_symbols(file: &Path, flags: &[&str]) -> Vec<(String, String)> {
     let out = run_checked(Command::new("nm").arg("-D").args(flags).arg(file));
@@ -57,7 +69,7 @@ fn library_in_root(name: &str) -> PathBuf {
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn every_symbol_the_plugin_needs_is_in_the_slurm_that_loads_it() {
-    let plugin = lab().join("lib/gpu_mem_quota.so");
+    let plugin = plugin();
     let slurm = under_root("/usr/lib/x86_64-linux-gnu/slurm-wlm/libslurmfull.so");
     let mut defined: Vec<String> = dynamic_symbols(&slurm, &["--defined-only"])
         .into_iter()
@@ -109,7 +121,7 @@ fn the_plugin_is_built_for_the_running_slurm() {
                 .unwrap_or_else(|_| panic!("scontrol --version: {version}"))
         })
         .collect();
-    let file = lab().join("lib/gpu_mem_quota.so");
+    let file = plugin();
     // plugin_version is a u32 in .rodata: at nm's address, through the LOAD segment holding it.
     let nm = run_checked(Command::new("nm").args(["-D", "--defined-only"]).arg(&file));
     let address = nm

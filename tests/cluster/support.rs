@@ -96,9 +96,20 @@ pub fn user_dir(test: &str) -> PathBuf {
 /// Runs a command as the test user, in its home, with only the environment a login shell would have
 /// plus `extra_env`.
 pub fn as_user(program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    user_command(lab_command("runuser"), program, args, extra_env)
+}
+
+/// [`as_user`] on this machine even where the lab's Slurm runs in a root of its own: for tools the
+/// root lacks (a compiler).
+pub fn as_user_here(program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    user_command(Command::new("runuser"), program, args, extra_env)
+}
+
+fn user_command(mut cmd: Command, program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
     let user = test_user();
-    let mut cmd = lab_command("runuser");
-    cmd.args(["-u", &user, "--", "env", "-i"])
+    // env -C: the home is the working directory inside a lab's root too (chroot starts in its /).
+    cmd.args(["-u", &user, "--", "env", "-i", "-C"])
+        .arg(format!("/home/{user}"))
         .arg(format!("HOME=/home/{user}"))
         .arg(format!("USER={user}"))
         .arg("PATH=/usr/local/bin:/usr/bin:/bin")
