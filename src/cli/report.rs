@@ -13,7 +13,8 @@ Usage: gpu-mem-quota report -j JOBID [--json]
 Reads Slurm accounting (sacct, every requeued run included) and the gpu-mem-quota record in each
 job's AdminComment, and shows the GPU-memory quota, the peak per GPU, the GPU-memory efficiency
 (peak / quota, as seff shows memory efficiency) and what the watchdog did (warn, over_quota,
-preempted, requeued, cancelled, held).
+preempted, requeued, cancelled, held). With -j, also Slurm's own gres/gpumem per run where it
+records one (Slurm 24.11 and later with the gpu/nvml plugin).
 
   -j, --job JOBID        one job, a row per run and node (JOBID: N, N_M for an array task, or
                          N+M for a heterogeneous job's component)
@@ -63,7 +64,14 @@ pub(super) fn run(argv: Vec<String>) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let jobs = report::job_reports(&rows);
+    let mut jobs = report::job_reports(&rows);
+    // Slurm's own figure beside ours, where it has one (24.11+ with gpu/nvml): an addition, so a
+    // failure here leaves the report as it is.
+    if let Query::Job(id) = &query {
+        if let Ok(steps) = slurm.sacct(&report::slurm_gpumem::sacct_args(id)) {
+            report::slurm_gpumem::attach(&mut jobs, &report::slurm_gpumem::gpumem_by_run(&steps));
+        }
+    }
     if json {
         println!("{}", report::jobs_json(&jobs));
         return ExitCode::SUCCESS;

@@ -31,6 +31,9 @@ pub struct Run {
     pub start: String,
     pub(crate) end: String,
     pub(crate) nodes: String,
+    /// Slurm's own `gres/gpumem` of the run (the largest task of its steps), where it has one
+    /// ([`super::slurm_gpumem`]).
+    pub slurm_gpumem: Option<u64>,
 }
 
 /// Whether the job's AdminComment holds our record.
@@ -118,6 +121,7 @@ fn job_report(mut rows: Vec<&SacctRow>) -> JobReport {
             start: row.start.clone(),
             end: row.end.clone(),
             nodes: row.node_list.clone(),
+            slurm_gpumem: None,
         })
         .collect();
     let first = rows.first();

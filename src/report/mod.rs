@@ -11,6 +11,7 @@ pub(crate) mod job;
 pub(crate) mod node;
 pub mod render;
 pub(crate) mod sacct;
+pub mod slurm_gpumem;
 
 pub use job::{efficiency, job_reports, RecordState, Run};
 pub(crate) use node::{jobs_of_user, read_jobs};

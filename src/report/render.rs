@@ -50,6 +50,18 @@ pub fn job_text(job: &JobReport) -> String {
         push_run_rows(&mut rows, job, run, None);
     }
     out.push_str(&table(&RUN_HEADER, &rows));
+    let slurms: Vec<String> = job
+        .runs
+        .iter()
+        .filter_map(|r| Some(format!("run {} {}", r.run, human_size(r.slurm_gpumem?))))
+        .collect();
+    if !slurms.is_empty() {
+        // docs/ACCOUNTING.md: per task and summed over its GPUs, sampled less often than ours.
+        out.push_str(&format!(
+            "Slurm's own gres/gpumem (largest task of the run's steps): {}\n",
+            slurms.join(", ")
+        ));
+    }
     match &job.record {
         RecordState::Absent => out.push_str(
             "No gpu-mem-quota record: the job ran without a GPU-memory quota, or ended before the \
@@ -158,6 +170,9 @@ struct RunJson<'a> {
     end: Option<&'a str>,
     nodes: Option<&'a str>,
     entries: Vec<EntryJson<'a>>,
+    /// Slurm's own `gres/gpumem` of the run (24.11+ with gpu/nvml); left out where it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slurm_gpumem_bytes: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -253,6 +268,7 @@ fn run_json<'a>(job: &'a JobReport, run: u32, listed: Option<&'a Run>) -> RunJso
         end: listed.map(|r| r.end.as_str()),
         nodes: listed.map(|r| r.nodes.as_str()),
         entries: job.entries_of(run).map(entry_json).collect(),
+        slurm_gpumem_bytes: listed.and_then(|r| r.slurm_gpumem),
     }
 }
 

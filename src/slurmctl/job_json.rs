@@ -92,8 +92,10 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
 }
 
 /// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
-/// are separated by commas outside parentheses; `gpu` and `shard` items carry `(IDX:LIST)`. Other
-/// GRES (nic, counts without an index) are ignored.
+/// are separated by commas outside parentheses; `gpu` and `shard` items carry `(IDX:LIST)`, except
+/// a shard item from Slurm 24.11 on, which lists its shards per GPU of the node, in index order
+/// (`shard:1(0/2,1/2,0/2,0/2)`: one of GPU 1's two shards; gres_stepmgr.c,
+/// `_build_shared_gres_details`). Other GRES (nic, counts without an index) are ignored.
 fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
     let mut indices = Vec::new();
     for item in split_items(detail) {
@@ -102,6 +104,9 @@ fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
             continue;
         }
         let Some(list) = item.split_once("(IDX:").map(|(_, rest)| rest) else {
+            if name == "shard" {
+                indices.extend(shards_per_gpu(item)?);
+            }
             continue;
         };
         let list = list
@@ -128,6 +133,39 @@ fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
     indices.sort_unstable();
     indices.dedup();
     Ok(indices)
+}
+
+/// The GPUs holding some of a 24.11 shard item's shards: `shard[:type]:N(a0/t0,a1/t1,...)`, where
+/// `ai` of GPU i's `ti` shards are the job's. An item without parentheses (a count alone) has none.
+fn shards_per_gpu(item: &str) -> Result<Vec<u32>, String> {
+    let Some((_, rest)) = item.split_once('(') else {
+        return Ok(Vec::new());
+    };
+    let list = rest
+        .strip_suffix(')')
+        .ok_or_else(|| format!("`{item}` has no closing parenthesis"))?;
+    // `(CNT:2)`: a count without placement.
+    if list.starts_with("CNT:") {
+        return Ok(Vec::new());
+    }
+    let mut gpus = Vec::new();
+    for (index, part) in list.split(',').enumerate() {
+        let (held, total) = part
+            .split_once('/')
+            .ok_or_else(|| format!("`{part}` is not shards held/total"))?;
+        let count = |s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| format!("`{part}` is not shards held/total"))
+        };
+        let (held, total) = (count(held)?, count(total)?);
+        if held > total || index > 1024 {
+            return Err(format!("`{part}` is not a sensible shard count of GPU {index}"));
+        }
+        if held > 0 {
+            gpus.push(index as u32);
+        }
+    }
+    Ok(gpus)
 }
 
 /// Splits at commas outside parentheses.
@@ -179,6 +217,38 @@ mod tests {
         assert!(parse_squeue_json("{\"jobs\":[", 3).is_err());
     }
 
+    /// The real output of Slurm 24.11.5 (data_parser v0.0.42: numbers as `{set, infinite, number}`,
+    /// job_state a list) on the 24.11 dev cluster, for a running job whose name and comment imitate
+    /// an AdminComment: `squeue --json --states=all --jobs=ID` and `scontrol show job --json ID`
+    /// print the same record.
+    #[test]
+    fn slurm_24_11_records_read_the_same_through_squeue_and_scontrol() {
+        for output in [
+            include_str!("../../tests/fixtures/slurm-24.11/squeue-json-running.json"),
+            include_str!("../../tests/fixtures/slurm-24.11/scontrol-show-job-json-running.json"),
+        ] {
+            let job = parse_squeue_json(output, 500001).unwrap();
+            assert_eq!(job.admin_comment, "ticket=7");
+            assert_eq!(
+                (job.account.as_str(), job.partition.as_str(), job.qos.as_str()),
+                ("physics", "gpu", "normal")
+            );
+            assert_eq!(job.user_id, 2001);
+            assert_eq!(job.gpus_on("vm"), Some(&[0, 1][..]));
+            assert!(parse_squeue_json(output, 500000)
+                .unwrap_err()
+                .contains("no record for job 500000 among 1"));
+        }
+    }
+
+    /// Real 24.11.5 output for a `--gres=shard:1` job that got a shard of GPU 1.
+    #[test]
+    fn slurm_24_11_shard_jobs_name_the_gpu_their_shards_are_on() {
+        let output = include_str!("../../tests/fixtures/slurm-24.11/squeue-json-shard.json");
+        let job = parse_squeue_json(output, 500026).unwrap();
+        assert_eq!(job.gpus_on("vm"), Some(&[1][..]));
+    }
+
     #[test]
     fn gres_details() {
         assert_eq!(gpu_indices("gpu:fake:1(IDX:0)").unwrap(), [0]);
@@ -187,6 +257,13 @@ mod tests {
         assert_eq!(gpu_indices("gpu:0(IDX:N/A)").unwrap(), Vec::<u32>::new());
         assert_eq!(gpu_indices("").unwrap(), Vec::<u32>::new());
         assert!(gpu_indices("gpu:1(IDX:x)").is_err());
+        // Slurm 24.11's shards: per GPU of the node, held/total.
+        assert_eq!(gpu_indices("shard:1(0/2,1/2,0/2,0/2)").unwrap(), [1]);
+        assert_eq!(gpu_indices("shard:fake:3(2/2,0/2,1/2)").unwrap(), [0, 2]);
+        assert_eq!(gpu_indices("gpu:fake:1(IDX:3),shard:1(1/2,0/2)").unwrap(), [0, 3]);
+        assert_eq!(gpu_indices("shard(CNT:2)").unwrap(), Vec::<u32>::new());
+        assert!(gpu_indices("shard:1(0/2,x)").is_err());
+        assert!(gpu_indices("shard:1(3/2)").is_err());
         assert!(gpu_indices("gpu:1(IDX:0-99999)").is_err());
     }
 }

@@ -24,7 +24,25 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[used]
 pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
 
+/// What Slurm 25.05 and later report when `slurm_spank_init` of this required plugin fails (earlier
+/// Slurm does not look the symbol up): ESPANK_NODE_FAILURE, 3011 in 25.05's `<slurm/slurm_errno.h>`
+/// (ESPANK_ERROR 3000 + 11; the 22.05 and 24.11 headers have no such name). `init` fails only on what
+/// the node's admin wrote (plugstack arguments) or an internal error, never on a user's option
+/// (see `options::on_option`): the node is misconfigured and would fail every job, so it is drained
+/// rather than left to eat jobs, which is also what 22.05 and 24.11 do. ESPANK_JOB_FAILURE would fail
+/// the job and keep the node in service.
+#[no_mangle]
+#[used]
+pub static slurm_spank_init_failure_mode: c_int = ESPANK_NODE_FAILURE;
+
+/// ESPANK_NODE_FAILURE of 25.05's `<slurm/slurm_errno.h>` (see [`slurm_spank_init_failure_mode`]).
+pub(crate) const ESPANK_NODE_FAILURE: c_int = 3011;
+
 /// Runs a hook body: `Ok` → 0; `Err` → logged, -1; panic → logged as an internal error, -1.
+///
+/// Only 0 and -1, on every Slurm: 22.05 and 24.11 take some hooks' results as failed only when
+/// negative (slurmstepd: `spank_init(step) < 0`), 25.05 takes any non-zero result of a required
+/// plugin as failed (`_do_call_stack`, `rc = spank_init(step)`); -1 is a failure to all of them.
 pub(super) fn guard(hook: &str, body: impl FnOnce() -> Result<(), String>) -> c_int {
     static QUIET_PANICS: Once = Once::new();
     // The default panic hook writes to stderr (the user's terminal, or nowhere in slurmstepd);
@@ -125,4 +143,21 @@ pub extern "C" fn slurm_spank_task_init(sp: sys::spank_t, ac: c_int, av: *mut *m
         Context::Remote => remote::task_init(spank),
         _ => Ok(()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_init_failure_mode_is_slurm_25_05s_node_failure() {
+        // 25.05's slurm_errno.h: ESPANK_ERROR = 3000, then BAD_ARG, NOT_TASK, ENV_EXISTS, ENV_NOEXIST,
+        // NOSPACE, NOT_REMOTE, NOEXIST, NOT_EXECD, NOT_AVAIL, NOT_LOCAL, NODE_FAILURE, JOB_FAILURE.
+        assert_eq!(sys::slurm_err_t_ESPANK_ERROR, 3000);
+        assert_eq!(sys::slurm_err_t_ESPANK_NOT_LOCAL, 3010);
+        assert_eq!(
+            slurm_spank_init_failure_mode,
+            sys::slurm_err_t_ESPANK_NOT_LOCAL as c_int + 1
+        );
+    }
 }

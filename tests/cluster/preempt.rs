@@ -107,7 +107,7 @@ impl Pair {
 
 impl Drop for Pair {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("scancel")
+        let _ = lab_command("scancel")
             .args([self.a.to_string(), self.b.to_string()])
             .env("SLURM_CONF", slurm_conf())
             .status();
@@ -118,7 +118,10 @@ impl Drop for Pair {
 /// reused by a later process of the same user, and the fake would count its claim again), and no
 /// preemption cooldown left by an earlier test.
 fn fresh_gpus() {
-    for gpu in std::fs::read_dir("/var/lib/fake-nvml/procs").unwrap().flatten() {
+    for gpu in std::fs::read_dir(fake_nvml_dir().join("procs"))
+        .unwrap()
+        .flatten()
+    {
         for claim in std::fs::read_dir(gpu.path()).unwrap().flatten() {
             let _ = std::fs::remove_file(claim.path());
         }
@@ -312,7 +315,7 @@ fn legitimate_growth_preempts_one_job_and_oscillation_does_not_thrash() {
         &[],
     );
     pair.contend();
-    let a_claims: Vec<PathBuf> = std::fs::read_dir("/var/lib/fake-nvml/procs")
+    let a_claims: Vec<PathBuf> = std::fs::read_dir(fake_nvml_dir().join("procs"))
         .unwrap()
         .flat_map(|gpu| std::fs::read_dir(gpu.unwrap().path()).unwrap())
         .map(|e| e.unwrap().path())

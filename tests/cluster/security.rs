@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::support::*;
 use crate::watchdog::assert_cleaned_up;
 
+/// The fake GPUs' claim files as jobs see them (this process: `fake_nvml_dir()`).
 const FAKE_PROCS: &str = "/var/lib/fake-nvml/procs";
 
 /// Fast enforcement: sample every 500 ms, 1 s of grace; `extra` goes into `[enforcement]`.
@@ -70,7 +71,8 @@ fn sacct_field(job: u32, field: &str) -> String {
 /// MinJobAge): `squeue --json` gives it as its own field, which no user text can pose as. Accounting
 /// (`sacct_field`) has it only once the job has ended.
 fn admin_comment(job: u32) -> String {
-    let out = admin("squeue", &["--json"]);
+    // --states=all: 24.11 honours squeue's filters with --json (22.05 prints every job it knows).
+    let out = admin("squeue", &["--json", "--states=all"]);
     let all: serde_json::Value = serde_json::from_str(&out).expect("squeue --json");
     all["jobs"]
         .as_array()
@@ -95,7 +97,7 @@ const PRINT_ALLOCATION: &str =
 
 fn remove_claim(gpu: Option<String>, pid: Option<String>) {
     if let (Some(gpu), Some(pid)) = (gpu, pid) {
-        let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu).join(pid));
+        let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu).join(pid));
     }
 }
 
@@ -267,7 +269,7 @@ fn f8_no_watchdog_outlives_a_forged_gpu_srun_job() {
         .unwrap();
     let _policy = install_policy(&policy("nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"));
     let home = std::fs::metadata(format!("/home/{}", test_user())).unwrap();
-    let mut watchdog = Command::new(lab().join("bin/gpu-mem-quota"))
+    let mut watchdog = lab_command(lab().join("bin/gpu-mem-quota"))
         .args([
             "watchdog".to_string(),
             format!("--job={job}"),
@@ -339,7 +341,8 @@ fn f3_an_srun_that_hides_or_renames_its_account_is_held_to_its_real_accounts_cap
     )
     .unwrap();
     let shim = dir.join("acct.so").display().to_string();
-    let built = as_user(
+    // This machine's compiler (a lab's Slurm root has none): the shim runs against either glibc.
+    let built = as_user_here(
         "gcc",
         &[
             "-shared",
@@ -448,7 +451,7 @@ fn f4_an_imitation_in_comment_or_job_name_never_reaches_the_admin_comment() {
     );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     for claim in output.lines().filter_map(|l| l.strip_prefix("claim=")) {
-        let _ = std::fs::remove_file(claim); // run 0's, killed by the requeue
+        let _ = std::fs::remove_file(fake_nvml_path(claim)); // run 0's, killed by the requeue
     }
     assert!(
         sacct_field(job, "Comment").contains("FORGED"),
@@ -549,14 +552,15 @@ impl Drop for MovedOut {
             for pid in procs.split_whitespace() {
                 let _ = Command::new("kill").args(["-KILL", pid]).status();
                 for gpu in 0..4 {
-                    let _ = std::fs::remove_file(Path::new(FAKE_PROCS).join(gpu.to_string()).join(pid));
+                    let _ =
+                        std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu.to_string()).join(pid));
                 }
             }
             let _ = wait_until(Duration::from_secs(5), || {
                 std::fs::remove_dir(dir).is_ok() || !dir.exists()
             });
         }
-        let _ = Command::new("scancel")
+        let _ = lab_command("scancel")
             .arg(self.b.to_string())
             .env("SLURM_CONF", slurm_conf())
             .status();
@@ -607,10 +611,22 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
             .is_empty()),
         "job {b}: no step cgroup"
     );
-    // The premise of the attribution code: Slurm's step directories are the user's, the files that
-    // move processes into them root's.
-    for step in v1_step_dirs(uid, b, "step_batch") {
-        let owner = |p: &Path| std::fs::metadata(p).map(|m| m.uid()).unwrap_or(u32::MAX);
+    let owner = |p: &Path| std::fs::metadata(p).map(|m| m.uid()).unwrap_or(u32::MAX);
+    let steps = v1_step_dirs(uid, b, "step_batch");
+    if steps.iter().all(|step| owner(step) == 0) {
+        // Slurm 24.11 keeps a step's v1 directories root's: the move cannot even begin, for the
+        // user cannot make a cgroup below another job's step. Tried as the user:
+        for step in &steps {
+            let x = step.join("x");
+            let made = as_user("mkdir", &[x.to_str().unwrap()], &[]);
+            assert!(!made.status.success() && !x.exists(), "{} made", x.display());
+        }
+        eprintln!("f2: Slurm's step cgroups are root's here: the user cannot make one to move into");
+        return;
+    }
+    // The premise of the attribution code (Slurm 22.05): Slurm's step directories are the user's,
+    // the files that move processes into them root's.
+    for step in steps {
         assert_eq!(owner(&step), uid, "{}", step.display());
         for file in ["cgroup.procs", "tasks"] {
             assert_eq!(owner(&step.join(file)), 0, "{}/{file}", step.display());
@@ -749,7 +765,7 @@ fn defect4_a_job_its_user_cancels_keeps_the_record_of_its_run() {
     );
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     if let Some(claim) = output.lines().next() {
-        let _ = std::fs::remove_file(claim.trim());
+        let _ = std::fs::remove_file(fake_nvml_path(claim.trim()));
     }
     let recorded = |c: &str| c.contains("gpu-mem-quota:v1{") && c.contains("q=8G") && c.contains("=3G/");
     let comment = admin_comment(job);

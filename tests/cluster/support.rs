@@ -1,6 +1,12 @@
 //! Talking to the dev cluster (slurm/dev-cluster) the way a user does: real sbatch/srun/salloc,
 //! run as the ordinary test user, with the lab's SLURM_CONF.
+//!
+//! A lab whose Slurm runs in a root of its own (`SLURM=24.11 slurm/dev-cluster`) says so in
+//! `etc/slurm-root`; then every command that talks to Slurm or stands in for one of its processes runs
+//! through `chroot ROOT` ([`lab_command`]). The lab directory, /home, /proc, /sys and /dev are the same
+//! inside and out; the fake GPUs are the lab's own ([`fake_nvml_dir`]).
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -15,6 +21,46 @@ pub fn test_user() -> String {
 
 pub fn slurm_conf() -> String {
     lab().join("etc/slurm.conf").display().to_string()
+}
+
+/// The root the lab's Slurm runs in, or `None` for this machine's own Slurm.
+pub fn slurm_root() -> Option<PathBuf> {
+    static ROOT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let text = std::fs::read_to_string(lab().join("etc/slurm-root")).ok()?;
+        let root = text.trim();
+        (!root.is_empty()).then(|| PathBuf::from(root))
+    })
+    .clone()
+}
+
+/// `program` as the lab's Slurm would run it: inside its root where it has one.
+pub fn lab_command(program: impl AsRef<OsStr>) -> Command {
+    match slurm_root() {
+        Some(root) => {
+            let mut cmd = Command::new("chroot");
+            cmd.arg(root).arg(program);
+            cmd
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Where this process finds a fake-NVML file a job names (`/var/lib/fake-nvml/procs/0/123`).
+pub fn fake_nvml_path(seen_by_job: &str) -> PathBuf {
+    match Path::new(seen_by_job).strip_prefix("/var/lib/fake-nvml") {
+        Ok(rest) => fake_nvml_dir().join(rest),
+        Err(_) => PathBuf::from(seen_by_job),
+    }
+}
+
+/// The lab's fake-GPU scenario directory (tests/fake-nvml/README.md) as this process sees it. Jobs
+/// and the watchdog see it as /var/lib/fake-nvml, as scripts name it.
+pub fn fake_nvml_dir() -> PathBuf {
+    match slurm_root() {
+        Some(_) => lab().join("fake-nvml"),
+        None => PathBuf::from("/var/lib/fake-nvml"),
+    }
 }
 
 /// Where /var/log/syslog stood when this run of the tests began. Job ids start again with every new
@@ -40,7 +86,7 @@ pub fn user_dir(test: &str) -> PathBuf {
     let dir = PathBuf::from(format!("/home/{}/e2e/{test}", test_user()));
     let _ = std::fs::remove_dir_all(&dir);
     run_checked(
-        Command::new("runuser")
+        lab_command("runuser")
             .args(["-u", &test_user(), "--", "mkdir", "-p"])
             .arg(&dir),
     );
@@ -50,9 +96,20 @@ pub fn user_dir(test: &str) -> PathBuf {
 /// Runs a command as the test user, in its home, with only the environment a login shell would have
 /// plus `extra_env`.
 pub fn as_user(program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    user_command(lab_command("runuser"), program, args, extra_env)
+}
+
+/// [`as_user`] on this machine even where the lab's Slurm runs in a root of its own: for tools the
+/// root lacks (a compiler).
+pub fn as_user_here(program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
+    user_command(Command::new("runuser"), program, args, extra_env)
+}
+
+fn user_command(mut cmd: Command, program: &str, args: &[&str], extra_env: &[(&str, &str)]) -> Output {
     let user = test_user();
-    let mut cmd = Command::new("runuser");
-    cmd.args(["-u", &user, "--", "env", "-i"])
+    // env -C: the home is the working directory inside a lab's root too (chroot starts in its /).
+    cmd.args(["-u", &user, "--", "env", "-i", "-C"])
+        .arg(format!("/home/{user}"))
         .arg(format!("HOME=/home/{user}"))
         .arg(format!("USER={user}"))
         .arg("PATH=/usr/local/bin:/usr/bin:/bin")
@@ -77,7 +134,7 @@ pub fn run_checked(cmd: &mut Command) -> String {
 
 /// Runs a Slurm admin command (as root) against the lab.
 pub fn admin(program: &str, args: &[&str]) -> String {
-    run_checked(Command::new(program).args(args).env("SLURM_CONF", slurm_conf()))
+    run_checked(lab_command(program).args(args).env("SLURM_CONF", slurm_conf()))
 }
 
 pub struct Job {

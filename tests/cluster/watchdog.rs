@@ -1,11 +1,11 @@
 //! The per-job watchdog on the cluster, with the fake NVML: jobs "allocate" GPU memory by writing
 //! `/var/lib/fake-nvml/procs/<gpu>/<pid>` (tests/fake-nvml/README.md).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 
+/// The fake NVML scenario as jobs see it (this process: `fake_nvml_dir()`).
 const FAKE_NVML: &str = "/var/lib/fake-nvml";
 
 /// Fast enforcement for tests: sample every 500 ms, 1 s of grace.
@@ -187,7 +187,7 @@ fn another_jobs_memory_on_the_same_gpu_never_counts() {
     let _policy = install_policy(&policy(""));
     // A process outside any job holds 70G on GPU 0 (root-owned claim for a root process).
     let mut stranger = std::process::Command::new("sleep").arg("60").spawn().unwrap();
-    let claim = Path::new(FAKE_NVML).join(format!("procs/0/{}", stranger.id()));
+    let claim = fake_nvml_dir().join(format!("procs/0/{}", stranger.id()));
     std::fs::write(&claim, "70G\n").unwrap();
     let dir = user_dir("wd-stranger");
     let script =
@@ -252,10 +252,10 @@ fn nvml_faults_never_harm_the_job() {
         ("procs_grow_between_calls = 10\n", ""),
     ] {
         let _policy = install_policy(&policy(""));
-        std::fs::write(Path::new(FAKE_NVML).join("faults.toml"), faults).unwrap();
+        std::fs::write(fake_nvml_dir().join("faults.toml"), faults).unwrap();
         let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
-        let _ = std::fs::remove_file(Path::new(FAKE_NVML).join("faults.toml"));
-        let _ = std::fs::remove_file(Path::new(FAKE_NVML).join("faults.state"));
+        let _ = std::fs::remove_file(fake_nvml_dir().join("faults.toml"));
+        let _ = std::fs::remove_file(fake_nvml_dir().join("faults.state"));
         assert!(
             job.output.contains("done"),
             "{faults}: job {}: {}",
@@ -293,7 +293,7 @@ fn a_gpu_lost_mid_run_never_harms_the_job() {
     );
     std::thread::sleep(Duration::from_secs(1));
     // Every GPU of the node falls off the bus: NVML answers GPU_IS_LOST for each.
-    let devices = Path::new(FAKE_NVML).join("devices.toml");
+    let devices = fake_nvml_dir().join("devices.toml");
     let healthy = std::fs::read_to_string(&devices).unwrap();
     std::fs::write(&devices, healthy.replace("[[gpu]]\n", "[[gpu]]\nlost = true\n")).unwrap();
     run_checked(std::process::Command::new("touch").arg(&lost));
@@ -622,7 +622,7 @@ fn two_steps_starting_at_once_get_one_watchdog() {
         .filter(|w| !w.is_empty())
         .map(str::to_string)
         .collect();
-    let mut another = std::process::Command::new(&argv[0]);
+    let mut another = lab_command(&argv[0]);
     another
         .args(&argv[1..])
         .env_clear()
