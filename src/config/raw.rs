@@ -40,9 +40,9 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) metrics: RawMetrics,
     #[serde(default)]
-    pub(crate) scheduling: RawScheduling,
-    #[serde(default)]
     pub(crate) preemption: RawPreemption,
+    #[serde(default)]
+    pub(crate) scheduling: RawScheduling,
 }
 
 #[derive(Debug, Default, Deserialize)]
