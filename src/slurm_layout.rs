@@ -144,7 +144,7 @@ fn check_gres_conf(conf: &ConfFile, unit: ByteSize, gpu_memory: Option<ByteSize>
     let mut shard_lines = 0;
     for (i, line) in conf.text.lines().enumerate() {
         let words = words(line);
-        if !value(&words, "Name").is_some_and(|n| n == "shard") {
+        if value(&words, "Name") != Some("shard") {
             continue;
         }
         shard_lines += 1;
