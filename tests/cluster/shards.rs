@@ -366,34 +366,40 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
     let start = sacct_field("Start");
     let elapsed: u64 = sacct_field("ElapsedRaw").trim().parse().unwrap();
     let window = format!("start={}", start.trim());
-    let sreport = admin(
-        "sreport",
-        &[
-            "-n",
-            "-P",
-            "-t",
-            "seconds",
-            "job",
-            "SizesByAccount",
-            "-T",
-            "gres/shard",
-            "FlatView",
-            "accounts=physics",
-            "grouping=1000",
-            &window,
-            "end=now",
-        ],
-    );
-    let line = sreport
-        .lines()
-        .find(|l| l.contains("|physics|"))
-        .unwrap_or_else(|| panic!("{sreport}"));
-    let shard_seconds: u64 = line
-        .split('|')
-        .nth(2)
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(shard_seconds >= 40 * elapsed, "{line} (the job ran {elapsed} s)");
+    // slurmdbd may lag the job's end by a moment: asked until the job is in.
+    let sreport = || {
+        admin(
+            "sreport",
+            &[
+                "-n",
+                "-P",
+                "-t",
+                "seconds",
+                "job",
+                "SizesByAccount",
+                "-T",
+                "gres/shard",
+                "FlatView",
+                "accounts=physics",
+                "grouping=1000",
+                &window,
+                "end=now",
+            ],
+        )
+    };
+    let shard_seconds = |text: &str| -> u64 {
+        text.lines()
+            .find(|l| l.contains("|physics|"))
+            .and_then(|l| l.split('|').nth(2))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut seen = String::new();
+    let billed = wait_until(Duration::from_secs(30), || {
+        seen = sreport();
+        shard_seconds(&seen) >= 40 * elapsed
+    });
+    assert!(billed, "sreport: {seen:?} (the job ran {elapsed} s)");
     let _ = started;
     // `report -A` puts GiB-hours reserved against those used (the peak, held over the run).
     let report = as_user(
