@@ -56,7 +56,8 @@ fn env_vars(
 /// One step as the plugin runs it: policy from disk, verdict, environment. Returns the variables.
 fn step(path: &Path, request: Option<&str>, who: &Identity, user_env: &BTreeMap<String, String>) -> usize {
     let policy = config::load_for_job(path, OnConfigError::FailOpen);
-    let verdict = admission::on_node(request, &policy, who, Some(GPU_TOTAL)).expect("the step is admitted");
+    let verdict =
+        admission::on_node(request, &policy, who, Some(GPU_TOTAL), None).expect("the step is admitted");
     match verdict.quota {
         Some(quota) => env_vars(&policy, quota, user_env).len(),
         None => 0,
@@ -118,7 +119,7 @@ fn main() -> ExitCode {
         "PYTORCH_CUDA_ALLOC_CONF".to_string(),
         "max_split_size_mb:512,garbage_collection_threshold:0.8".to_string(),
     )]);
-    let quota = admission::on_node(Some("20G"), &policy, &who, Some(GPU_TOTAL))
+    let quota = admission::on_node(Some("20G"), &policy, &who, Some(GPU_TOTAL), None)
         .ok()
         .and_then(|v| v.quota)
         .expect("20G is within gmq-user's cap");
@@ -141,10 +142,10 @@ fn main() -> ExitCode {
         black_box(config::parse(black_box(&text), "gpu-mem-quota.toml").is_ok());
     });
     row("admission::on_node, --gpu-mem-quota=20G", rounds, || {
-        black_box(admission::on_node(Some("20G"), &policy, &who, Some(GPU_TOTAL)).is_ok());
+        black_box(admission::on_node(Some("20G"), &policy, &who, Some(GPU_TOTAL), None).is_ok());
     });
     row("admission::on_node, no request (default 50%)", rounds, || {
-        black_box(admission::on_node(None, &policy, &who, Some(GPU_TOTAL)).is_ok());
+        black_box(admission::on_node(None, &policy, &who, Some(GPU_TOTAL), None).is_ok());
     });
     row("env vars (quota_vars + framework_vars)", rounds, || {
         black_box(env_vars(&policy, quota, &no_user_env));

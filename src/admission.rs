@@ -52,11 +52,17 @@ pub struct NodeVerdict {
 
 /// Decides a step on the node. `request` is the raw option value (from the job environment, so
 /// untrusted); `gpu_total` the node's GPU size if known. `Err` refuses the step's tasks.
+///
+/// `shards`: the job's `gres/shard` count on this node, from a fact (slurmd's `SLURM_SHARDS_ON_NODE`
+/// in the batch step); with the policy's `[scheduling] shard_unit` they are GPU memory the job
+/// reserved. A job with shards and no request gets shards x unit (lowered to its cap, never refused
+/// for it); a request above shards x unit is lowered to it: Slurm put no more than that on the GPU.
 pub fn on_node(
     request: Option<&str>,
     policy: &Policy,
     who: &Identity,
     gpu_total: Option<ByteSize>,
+    shards: Option<u64>,
 ) -> Result<NodeVerdict, String> {
     let request = match request {
         Some(value) => Some(
@@ -84,8 +90,30 @@ pub fn on_node(
             };
         }
     };
-    let mut effective =
-        quota::resolve(config, who, request, gpu_total).map_err(|refusal| refusal.to_string())?;
+    let reserved = shards
+        .filter(|&n| n > 0)
+        .and_then(|n| Some((n, config.scheduling.memory_of(n)?)));
+    let from_shards = request.is_none() && reserved.is_some();
+    let asked = request.or(reserved.map(|(_, memory)| memory));
+    let mut effective = match quota::resolve(config, who, asked, gpu_total) {
+        Ok(effective) => effective,
+        // Shards the job asked for are not a quota request: above the cap, the cap applies.
+        Err(refusal) if from_shards => quota::resolve(config, who, Some(refusal.cap.size), gpu_total)
+            .map_err(|refusal| refusal.to_string())?,
+        Err(refusal) => return Err(refusal.to_string()),
+    };
+    let mut shards_note = None;
+    if let (Some((count, memory)), Some(quota)) = (reserved, effective.quota) {
+        let unit = config.scheduling.shard_unit.unwrap_or(memory);
+        if from_shards {
+            shards_note = Some(format!("from the job's {count} shard(s) x {unit}"));
+        } else if quota > memory {
+            effective.quota = Some(memory);
+            shards_note = Some(format!(
+                "--gpu-mem-quota={quota} lowered to the job's {count} shard(s) x {unit}"
+            ));
+        }
+    }
     // The node could not learn the account, partition or QOS (slurmctld did not answer): the
     // smallest cap any rule that may apply sets is the cap, never "accept any request".
     let identity_unknown = effective.unchecked.iter().any(|u| {
@@ -113,6 +141,7 @@ pub fn on_node(
         }
     }
     let source = match &effective.quota_from {
+        QuotaFrom::Request if shards_note.is_some() => shards_note.unwrap_or_default(),
         QuotaFrom::Request => "requested".to_string(),
         QuotaFrom::Default { rule, written } => format!("default {written} of {}", rule.table()),
         QuotaFrom::DefaultCapped { rule, written } => {
@@ -137,6 +166,39 @@ pub fn on_node(
         note,
         alarm,
     })
+}
+
+/// The watchdog's check of the quota against the shards slurmctld allocated the job on this node
+/// (`gres_detail`): a quota above shards x unit is lowered to it, a job with shards and no quota
+/// gets shards x unit (the cap check follows). The second value is the line to log when it changed.
+pub fn held_to_shards(
+    scheduling: &crate::config::Scheduling,
+    quota: Option<ByteSize>,
+    shards: Option<u64>,
+) -> (Option<ByteSize>, Option<String>) {
+    let Some((count, memory)) = shards
+        .filter(|&n| n > 0)
+        .and_then(|n| Some((n, scheduling.memory_of(n)?)))
+    else {
+        return (quota, None);
+    };
+    let unit = scheduling.shard_unit.unwrap_or(memory);
+    match quota {
+        Some(q) if q <= memory => (quota, None),
+        Some(q) => (
+            Some(memory),
+            Some(format!(
+                "the quota {q} given to the job exceeds its {count} shard(s) x {unit} (slurmctld's \
+                 record of the job): enforcing {memory}"
+            )),
+        ),
+        None => (
+            Some(memory),
+            Some(format!(
+                "the job holds {count} shard(s) x {unit}: enforcing a quota of {memory}"
+            )),
+        ),
+    }
 }
 
 /// Whether the policy has rules whose choice depends on the job's account, partition or QOS: then
@@ -219,38 +281,52 @@ mod tests {
             ..Identity::default()
         };
         assert!(on_submit(size("50G"), &policy(), &other).is_ok());
-        assert!(on_node(Some("50G"), &policy(), &who("alice", "physics"), None).is_err());
+        assert!(on_node(Some("50G"), &policy(), &who("alice", "physics"), None, None).is_err());
     }
 
     #[test]
     fn node_applies_the_most_specific_cap() {
-        let verdict = on_node(Some("40G"), &policy(), &who("alice", "physics"), None).unwrap();
+        let verdict = on_node(Some("40G"), &policy(), &who("alice", "physics"), None, None).unwrap();
         assert_eq!(verdict.quota, Some(size("40G")));
         assert_eq!(
             verdict.note,
             "quota 40G per GPU (requested; cap 40G for account 'physics')"
         );
         assert_eq!(
-            on_node(Some("41G"), &policy(), &who("alice", "physics"), None),
+            on_node(Some("41G"), &policy(), &who("alice", "physics"), None, None),
             Err("--gpu-mem-quota=41G exceeds the 40G cap for account 'physics'".to_string())
         );
         assert_eq!(
-            on_node(Some("35G"), &policy(), &who("gmq-user", "physics"), None).unwrap_err(),
+            on_node(Some("35G"), &policy(), &who("gmq-user", "physics"), None, None).unwrap_err(),
             "--gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'"
         );
     }
 
     #[test]
     fn node_gives_the_default_resolved_against_the_gpu() {
-        let verdict = on_node(None, &policy(), &who("alice", "chemistry"), Some(size("80G"))).unwrap();
+        let verdict = on_node(
+            None,
+            &policy(),
+            &who("alice", "chemistry"),
+            Some(size("80G")),
+            None,
+        )
+        .unwrap();
         assert_eq!(verdict.quota, Some(size("40G")));
         assert_eq!(verdict.alarm, None);
         // A default above the cap is lowered to it.
-        let verdict = on_node(None, &policy(), &who("gmq-user", "chemistry"), Some(size("80G"))).unwrap();
+        let verdict = on_node(
+            None,
+            &policy(),
+            &who("gmq-user", "chemistry"),
+            Some(size("80G")),
+            None,
+        )
+        .unwrap();
         assert_eq!(verdict.quota, Some(size("30G")));
         let mut monitor = who("alice", "chemistry");
         monitor.qos = Some("monitor".into());
-        let verdict = on_node(None, &policy(), &monitor, Some(size("80G"))).unwrap();
+        let verdict = on_node(None, &policy(), &monitor, Some(size("80G")), None).unwrap();
         assert_eq!(verdict.quota, None);
     }
 
@@ -261,16 +337,16 @@ mod tests {
             user: Some("alice".into()),
             ..Identity::default()
         };
-        let refusal = on_node(Some("1000G"), &policy(), &unknown, None).unwrap_err();
+        let refusal = on_node(Some("1000G"), &policy(), &unknown, None, None).unwrap_err();
         assert!(
             refusal.starts_with("--gpu-mem-quota=1000G exceeds 40G, the smallest cap that may apply (that of account 'physics')"),
             "{refusal}"
         );
-        assert!(on_node(Some("64G"), &policy(), &unknown, None).is_err());
-        let verdict = on_node(Some("40G"), &policy(), &unknown, None).unwrap();
+        assert!(on_node(Some("64G"), &policy(), &unknown, None, None).is_err());
+        let verdict = on_node(Some("40G"), &policy(), &unknown, None, None).unwrap();
         assert_eq!(verdict.quota, Some(size("40G")));
         // A default above the strictest cap is lowered to it.
-        let verdict = on_node(None, &policy(), &unknown, Some(size("80G"))).unwrap();
+        let verdict = on_node(None, &policy(), &unknown, Some(size("80G")), None).unwrap();
         assert_eq!(verdict.quota, Some(size("40G")));
         // A user rule is more specific than any account: it is the cap, unknown account or not.
         let gmq = Identity {
@@ -278,19 +354,91 @@ mod tests {
             ..Identity::default()
         };
         assert_eq!(
-            on_node(Some("31G"), &policy(), &gmq, None).unwrap_err(),
+            on_node(Some("31G"), &policy(), &gmq, None, None).unwrap_err(),
             "--gpu-mem-quota=31G exceeds the 30G cap for user 'gmq-user'"
         );
     }
 
     #[test]
     fn node_refuses_a_forged_value() {
-        let e = on_node(Some("banana"), &policy(), &who("alice", "physics"), None).unwrap_err();
+        let e = on_node(Some("banana"), &policy(), &who("alice", "physics"), None, None).unwrap_err();
         assert!(
             e.starts_with("invalid --gpu-mem-quota 'banana': not a size"),
             "{e}"
         );
         assert!(e.ends_with("(value from the job environment)"), "{e}");
+    }
+
+    fn scheduled_policy() -> Policy {
+        Ok(parse(
+            &format!("{POLICY}\n[scheduling]\nshard_unit = \"1G\"\n"),
+            "test.toml",
+        )
+        .unwrap())
+    }
+
+    #[test]
+    fn shards_alone_give_their_memory_as_the_quota_within_the_cap() {
+        let alice = who("alice", "physics");
+        let verdict = on_node(None, &scheduled_policy(), &alice, Some(size("80G")), Some(20)).unwrap();
+        assert_eq!(verdict.quota, Some(size("20G")));
+        assert!(
+            verdict.note.contains("from the job's 20 shard(s) x 1G"),
+            "{}",
+            verdict.note
+        );
+        // Shards above the cap are not a request to refuse: the cap applies.
+        let gmq = who("gmq-user", "physics");
+        let verdict = on_node(None, &scheduled_policy(), &gmq, Some(size("80G")), Some(40)).unwrap();
+        assert_eq!(verdict.quota, Some(size("30G")));
+        // Without a shard unit shards are not memory: the policy's default applies.
+        let verdict = on_node(None, &policy(), &alice, Some(size("80G")), Some(20)).unwrap();
+        assert_eq!(verdict.quota, Some(size("40G")));
+        // No shards on this node (a whole-GPU job): the default.
+        let verdict = on_node(None, &scheduled_policy(), &alice, Some(size("80G")), Some(0)).unwrap();
+        assert_eq!(verdict.quota, Some(size("40G")));
+    }
+
+    #[test]
+    fn a_request_above_the_jobs_shards_is_lowered_to_them() {
+        let alice = who("alice", "physics");
+        let verdict = on_node(Some("40G"), &scheduled_policy(), &alice, None, Some(20)).unwrap();
+        assert_eq!(verdict.quota, Some(size("20G")));
+        assert!(
+            verdict
+                .note
+                .contains("--gpu-mem-quota=40G lowered to the job's 20 shard(s) x 1G"),
+            "{}",
+            verdict.note
+        );
+        let verdict = on_node(Some("10G"), &scheduled_policy(), &alice, None, Some(20)).unwrap();
+        assert_eq!(verdict.quota, Some(size("10G")));
+        assert!(verdict.note.contains("requested"), "{}", verdict.note);
+        // The cap is still checked first: shards never buy more than the cap.
+        assert!(on_node(Some("50G"), &scheduled_policy(), &alice, None, Some(60)).is_err());
+    }
+
+    #[test]
+    fn the_watchdog_holds_a_job_to_its_shards() {
+        let Ok(config) = scheduled_policy() else { panic!() };
+        let scheduling = &config.scheduling;
+        assert_eq!(
+            held_to_shards(scheduling, Some(size("10G")), Some(20)),
+            (Some(size("10G")), None)
+        );
+        let (quota, line) = held_to_shards(scheduling, Some(size("30G")), Some(20));
+        assert_eq!(quota, Some(size("20G")));
+        assert!(line.unwrap().contains("exceeds its 20 shard(s) x 1G"));
+        let (quota, line) = held_to_shards(scheduling, None, Some(20));
+        assert_eq!(quota, Some(size("20G")));
+        assert!(line.unwrap().contains("enforcing a quota of 20G"));
+        assert_eq!(held_to_shards(scheduling, None, Some(0)), (None, None));
+        assert_eq!(held_to_shards(scheduling, None, None), (None, None));
+        let unscheduled = crate::config::Scheduling::default();
+        assert_eq!(
+            held_to_shards(&unscheduled, Some(size("30G")), Some(20)),
+            (Some(size("30G")), None)
+        );
     }
 
     #[test]
@@ -299,6 +447,7 @@ mod tests {
             Some("40G"),
             &broken_policy(OnConfigError::FailOpen),
             &who("a", "b"),
+            None,
             None,
         )
         .unwrap();
@@ -311,6 +460,7 @@ mod tests {
             None,
             &broken_policy(OnConfigError::FailClosed),
             &who("a", "b"),
+            None,
             None,
         )
         .unwrap_err();

@@ -45,6 +45,7 @@ pub mod report;
 pub mod request;
 pub mod runtime;
 pub mod size;
+pub mod slurm_layout;
 pub mod slurmctl;
 pub mod textfile;
 pub mod trusted_dir;

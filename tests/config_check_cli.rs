@@ -256,3 +256,69 @@ fn a_directory_others_can_write_on_this_machine_is_refused() {
         "{stderr}"
     );
 }
+
+/// `--slurm-conf`: the site's slurm.conf, with the gres.conf and job_submit.lua beside it, against
+/// the policy's shard unit; every mismatch named by file and line, status 1.
+#[test]
+fn the_slurm_layout_is_checked_against_the_shard_unit() {
+    let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/etc/gpu-mem-quota.toml");
+    let dir = std::env::temp_dir().join(format!("gmq-slurm-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let slurm_conf = dir.join("slurm.conf");
+    std::fs::write(
+        &slurm_conf,
+        "SelectType=select/cons_tres\nGresTypes=gpu,shard\nJobSubmitPlugins=lua\n\
+         AccountingStorageTRES=gres/gpu,gres/shard\n",
+    )
+    .unwrap();
+    let lua = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/slurm/job_submit.lua")).unwrap();
+    let lua = lua.replace(
+        "local POLICY = \"/etc/slurm/gpu-mem-quota.toml\"",
+        &format!("local POLICY = \"{policy}\""),
+    );
+    std::fs::write(dir.join("job_submit.lua"), lua).unwrap();
+    let conf = slurm_conf.display().to_string();
+
+    std::fs::write(
+        dir.join("gres.conf"),
+        "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=160 File=/dev/nvidia[0-1]\n",
+    )
+    .unwrap();
+    let out = check_config(&[policy, "--slurm-conf", &conf]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let gres = dir.join("gres.conf").display().to_string();
+    assert!(
+        text(&out.stdout).starts_with(&format!(
+            "{gres}:2: 80 shard(s) x 1G = 80G per GPU (2 GPU(s) of /dev/nvidia[0-1])\n"
+        )),
+        "{}",
+        text(&out.stdout)
+    );
+
+    std::fs::write(
+        dir.join("gres.conf"),
+        "Name=gpu File=/dev/nvidia0\nName=shard Count=8 File=/dev/nvidia0\n",
+    )
+    .unwrap();
+    let out = check_config(&[policy, "--slurm-conf", &conf]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{gres}:2: Count=8 gives 8 shard(s) x 1G = 8G per GPU, but the GPUs have 80G ([defaults] gpu_memory): write Count=80\n"
+        )
+    );
+    // --slurm-conf is not a job option: it needs no --explain.
+    let out = check_config(&[
+        "etc/gpu-mem-quota.toml",
+        "--slurm-conf",
+        "/nonexistent/slurm.conf",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with("/nonexistent/slurm.conf: "),
+        "{}",
+        text(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

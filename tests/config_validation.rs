@@ -409,7 +409,7 @@ fn structural_errors_name_line_and_key() {
         ),
         (
             "[acount.physics]\nmax = \"40G\"\n",
-            "t.toml:1:2: [acount.physics]: unknown field `acount`, expected one of `defaults`, `user`, `account`, `qos`, `partition`, `enforcement`, `frameworks`, `hints`, `prediction`, `metrics`, `preemption`",
+            "t.toml:1:2: [acount.physics]: unknown field `acount`, expected one of `defaults`, `user`, `account`, `qos`, `partition`, `enforcement`, `frameworks`, `hints`, `prediction`, `metrics`, `preemption`, `scheduling`",
         ),
         (
             "[enforcement]\nintervall = \"2s\"\n",

@@ -124,6 +124,7 @@ JOBID  USER   ACCOUNT  RUNS  STATE      QUOTA  PEAK  EFFICIENCY  EVENTS
 20     carol  bio      1     COMPLETED  -      -     -           no quota
 21     carol  bio      1     FAILED     -      -     -           record unreadable
 22     carol  bio      1     PENDING    -      -     -           no quota
+GPU memory of 1 finished job(s): 40.00 GiB-hours reserved, 30.00 used at peak (75.0% efficiency)
 ";
     assert_eq!(list, expected);
 }
@@ -266,4 +267,42 @@ fn known_sacct_failures_get_a_sentence() {
             .contains("slurmdbd")
     );
     assert_eq!(explain_failure("sacct: error: Invalid user id: nobody2"), None);
+}
+
+/// `report -u/-A`: GiB-hours reserved (quota per GPU x GPUs x run time) against used (peak per GPU x
+/// run time), summed over every run of every finished job, as seff does for memory.
+#[test]
+fn gib_hours_reserved_against_used_over_runs_and_gpus() {
+    // Job 12: three runs of 61 s, 100 s and 3600 s; the record has run 0 on two GPUs (41G + 2G of
+    // 40G each), run 1 on one (40964M of 40G), run 2 on two (30G + 12G).
+    let jobs = job_reports(&parse_rows(REQUEUED_TWICE).unwrap());
+    let hours = jobs[0].gib_hours().unwrap();
+    let expected_reserved = (80.0 * 61.0 + 40.0 * 100.0 + 80.0 * 3600.0) / 3600.0;
+    let expected_used = (43.0 * 61.0 + (40964.0 / 1024.0) * 100.0 + 42.0 * 3600.0) / 3600.0;
+    assert!((hours.reserved - expected_reserved).abs() < 1e-9, "{hours:?}");
+    assert!((hours.used - expected_used).abs() < 1e-9, "{hours:?}");
+    // A running job (no end yet) and a job without a record are not counted.
+    let running = job_reports(
+        &parse_rows(
+            "50|50|f|a|RUNNING|2024-06-15T01:00:00|Unknown|gpu01|gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1}\n",
+        )
+        .unwrap(),
+    );
+    assert_eq!(running[0].gib_hours(), None);
+    let absent =
+        job_reports(&parse_rows("9|9|u|a|COMPLETED|2024-06-15T01:00:00|2024-06-15T02:00:00|n|\n").unwrap());
+    assert_eq!(absent[0].gib_hours(), None);
+    let mut all = parse_rows(REQUEUED_TWICE).unwrap();
+    all.extend(parse_rows(PEAKED_30_OF_40).unwrap());
+    let list = jobs_list_text(&job_reports(&all));
+    let line = list.lines().last().unwrap();
+    let reserved = expected_reserved + 40.0;
+    let used = expected_used + 30.0;
+    assert_eq!(
+        line,
+        format!(
+            "GPU memory of 2 finished job(s): {reserved:.2} GiB-hours reserved, {used:.2} used at peak ({:.1}% efficiency)",
+            used * 100.0 / reserved
+        )
+    );
 }

@@ -13,7 +13,7 @@ use crate::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setti
 use crate::size::{parse_size, ByteSize};
 
 const USAGE: &str = "\
-Usage: gpu-mem-quota check-config [PATH] [--print]
+Usage: gpu-mem-quota check-config [PATH] [--print] [--slurm-conf PATH]
        gpu-mem-quota check-config [PATH] --explain [--user U] [--account A] [--partition P] [--qos Q]
                                   [--request SIZE] [--gpu-size SIZE]
 
@@ -21,6 +21,10 @@ Validates the GPU memory policy (default /etc/slurm/gpu-mem-quota.toml) and prin
 FILE:LINE:COLUMN: KEY: MESSAGE. Exit status 0 when valid, 1 when not, 2 on a usage error.
 
   --print          print the policy as the plugin reads it, every setting spelt out
+  --slurm-conf PATH
+                   also check slurm.conf, and the gres.conf and job_submit.lua next to it, against
+                   the policy's [scheduling] shard_unit (docs/SCHEDULING.md); each mismatch as
+                   FILE:LINE: MESSAGE
   --explain        show the quota, cap and overuse actions of a job of this identity, and the rule
                    that supplied each value
   --user U, --account A, --partition P, --qos Q
@@ -35,6 +39,8 @@ FILE:LINE:COLUMN: KEY: MESSAGE. Exit status 0 when valid, 1 when not, 2 on a usa
 struct Options {
     path: String,
     print: bool,
+    /// `--slurm-conf`: the site's slurm.conf to cross-check.
+    slurm_conf: Option<String>,
     /// `--explain`: the job to explain.
     explain: Option<Job>,
 }
@@ -47,8 +53,9 @@ struct Job {
 
 pub(crate) const SPEC: Spec = Spec {
     command: "check-config",
-    // Every option with a value describes the job to explain.
+    // Every option with a value but --slurm-conf describes the job to explain.
     options: &[
+        Opt::value("slurm-conf"),
         Opt::value("user"),
         Opt::value("account"),
         Opt::value("partition"),
@@ -84,6 +91,15 @@ pub(super) fn run(argv: Vec<String>) -> ExitCode {
         eprintln!("{message}");
         return ExitCode::from(1);
     }
+    if let Some(slurm_conf) = &options.slurm_conf {
+        match check_slurm_layout(path, &config, slurm_conf) {
+            Ok(facts) => facts.iter().for_each(|fact| println!("{fact}")),
+            Err(errors) => {
+                errors.iter().for_each(|error| eprintln!("{error}"));
+                return ExitCode::from(1);
+            }
+        }
+    }
     if options.print {
         println!("{}", config::render(&config));
     }
@@ -94,6 +110,46 @@ pub(super) fn run(argv: Vec<String>) -> ExitCode {
         None => println!("{path}: OK: {}", summary(&config)),
     }
     ExitCode::SUCCESS
+}
+
+/// `--slurm-conf`: slurm.conf and the gres.conf and job_submit.lua beside it (where Slurm looks for
+/// them), against the policy. `Ok`: what the layout is; `Err`: every mismatch.
+fn check_slurm_layout(
+    policy_path: &str,
+    config: &Config,
+    slurm_conf: &str,
+) -> Result<Vec<String>, Vec<String>> {
+    let read = |path: &Path| std::fs::read_to_string(path);
+    let slurm_text = read(Path::new(slurm_conf)).map_err(|e| vec![format!("{slurm_conf}: {e}")])?;
+    let dir = Path::new(slurm_conf).parent().unwrap_or(Path::new("."));
+    let beside = |name: &str| {
+        let path = dir.join(name);
+        read(&path).ok().map(|text| (path.display().to_string(), text))
+    };
+    let gres = beside("gres.conf");
+    let lua = beside("job_submit.lua");
+    fn file(f: &(String, String)) -> crate::slurm_layout::ConfFile<'_> {
+        crate::slurm_layout::ConfFile {
+            path: f.0.as_str(),
+            text: f.1.as_str(),
+        }
+    }
+    let found = crate::slurm_layout::check(
+        config.scheduling.shard_unit,
+        config.gpu_memory,
+        policy_path,
+        &crate::slurm_layout::ConfFile {
+            path: slurm_conf,
+            text: &slurm_text,
+        },
+        gres.as_ref().map(file).as_ref(),
+        lua.as_ref().map(file).as_ref(),
+    );
+    if found.errors.is_empty() {
+        Ok(found.facts)
+    } else {
+        Err(found.errors)
+    }
 }
 
 /// What the parsed command line asks for, or a usage error.
@@ -120,7 +176,11 @@ fn options(parsed: &Parsed) -> Result<Options, String> {
             request: size("request")?,
             gpu_size: size("gpu-size")?,
         })
-    } else if let Some(job_option) = SPEC.options.iter().find(|o| parsed.value(o.long).is_some()) {
+    } else if let Some(job_option) = SPEC
+        .options
+        .iter()
+        .find(|o| o.long != "slurm-conf" && parsed.value(o.long).is_some())
+    {
         return Err(format!("--{} needs --explain", job_option.long));
     } else {
         None
@@ -128,6 +188,7 @@ fn options(parsed: &Parsed) -> Result<Options, String> {
     Ok(Options {
         path,
         print: parsed.flag("print"),
+        slurm_conf: parsed.value("slurm-conf").map(String::from),
         explain,
     })
 }

@@ -118,6 +118,24 @@ pub struct Config {
     pub metrics: Metrics,
     /// `[preemption]`: priority preemption on a contended GPU (off unless the admin turns it on).
     pub preemption: PreemptSettings,
+    /// `[scheduling]`: GPU memory as a Slurm resource (gres/shard as memory units).
+    pub scheduling: Scheduling,
+}
+
+/// `[scheduling]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scheduling {
+    /// The GPU memory one `gres/shard` stands for (gres.conf gives each GPU `size / unit` shards);
+    /// `None`: shards are not memory units (they only count jobs sharing a GPU).
+    pub shard_unit: Option<ByteSize>,
+}
+
+impl Scheduling {
+    /// The GPU memory `shards` shards stand for; `None` when shards are not memory units.
+    pub fn memory_of(&self, shards: u64) -> Option<ByteSize> {
+        self.shard_unit
+            .map(|unit| ByteSize::from_bytes(unit.bytes().saturating_mul(shards)))
+    }
 }
 
 /// `[frameworks]`.

@@ -41,6 +41,8 @@ pub(crate) struct RawConfig {
     pub(crate) metrics: RawMetrics,
     #[serde(default)]
     pub(crate) preemption: RawPreemption,
+    #[serde(default)]
+    pub(crate) scheduling: RawScheduling,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,6 +108,12 @@ pub(crate) struct RawPrediction {
     pub(crate) enabled: Leaf,
     pub(crate) horizon: Leaf,
     pub(crate) signal: Leaf,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table with shard_unit")]
+pub(crate) struct RawScheduling {
+    pub(crate) shard_unit: Leaf,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -74,6 +74,13 @@ pub fn render(config: &Config) -> String {
         "textfile_dir = {}",
         dir.map_or("\"none\"".to_string(), quoted_path)
     );
+    out.push_str("\n[scheduling]\n");
+    match config.scheduling.shard_unit {
+        Some(unit) => {
+            let _ = writeln!(out, "shard_unit = \"{unit}\"");
+        }
+        None => out.push_str("# shard_unit not set: shards are not GPU-memory units\n"),
+    }
     write_preemption(&mut out, &config.preemption);
     out
 }

@@ -11,7 +11,7 @@ use toml::{Spanned, Value};
 use super::error::{line_column, toml_key, ConfigError};
 use super::raw::{
     Leaf, RankTable, RawConfig, RawDefaults, RawEnforcement, RawFrameworks, RawHints, RawMetrics,
-    RawPrediction, RawPreemption, RawRanks, RawRule, Rules,
+    RawPrediction, RawPreemption, RawRanks, RawRule, RawScheduling, Rules,
 };
 use super::values::{
     format_duration, parse_action, parse_after_max, parse_amount, parse_default_quota, parse_duration,
@@ -19,7 +19,7 @@ use super::values::{
 };
 use super::{
     limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, PreemptSettings, RankKind,
-    Ranks, Rule, RuleKind,
+    Ranks, Rule, RuleKind, Scheduling,
 };
 use crate::size::{parse_size, ByteSize};
 
@@ -40,6 +40,7 @@ pub(super) fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigE
     let prediction = check.prediction(&raw.prediction);
     let metrics = check.metrics(&raw.metrics);
     let preemption = check.preemption(&raw.preemption);
+    let scheduling = check.scheduling(&raw.scheduling);
     if !check.errors.is_empty() {
         let mut errors = check.errors;
         errors.sort_by_key(|e| (e.line, e.column));
@@ -58,6 +59,7 @@ pub(super) fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigE
         prediction,
         metrics,
         preemption,
+        scheduling,
     })
 }
 
@@ -437,6 +439,20 @@ impl Checker<'_> {
         Metrics {
             textfile_dir: textfile_dir.unwrap_or(Metrics::default().textfile_dir),
         }
+    }
+
+    fn scheduling(&mut self, raw: &RawScheduling) -> Scheduling {
+        let shard_unit = self.parsed(&raw.shard_unit, "[scheduling] shard_unit", "\"1G\"", |text| {
+            let size =
+                parse_size(text).map_err(|e| format!("invalid size '{}': {e}", text.escape_debug()))?;
+            if size.bytes() < 1 << 20 || size.bytes() > 1 << 40 {
+                return Err(format!(
+                    "{size} is out of range: give 1M to 1T (one shard's GPU memory)"
+                ));
+            }
+            Ok(size)
+        });
+        Scheduling { shard_unit }
     }
 
     fn preemption(&mut self, raw: &RawPreemption) -> PreemptSettings {

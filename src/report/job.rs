@@ -7,7 +7,7 @@
 //! start order: each requeue gives the job a new accounting row.
 
 use super::sacct::SacctRow;
-use crate::record::{self, Entry, Record, RecordError, Totals};
+use crate::record::{self, Entry, GpuPeaks, Record, RecordError, Totals};
 use crate::size::ByteSize;
 
 /// One job and everything we know about its GPU memory.
@@ -79,6 +79,29 @@ impl JobReport {
         runs
     }
 
+    /// GPU memory reserved and used over time, from the record's quota and peak per GPU and each
+    /// run's time in accounting. `None` without a record or without a finished run to count.
+    pub fn gib_hours(&self) -> Option<GibHours> {
+        self.record()?;
+        let mut total = GibHours::default();
+        let mut counted = false;
+        for run in &self.runs {
+            let Some(seconds) = seconds_between(&run.start, &run.end) else {
+                continue;
+            };
+            for entry in self.entries_of(run.run) {
+                let (gpus, used) = match &entry.peaks {
+                    GpuPeaks::Each(gpus) => (gpus.len().max(1), gpus.iter().map(|g| g.peak).sum::<u64>()),
+                    GpuPeaks::Max(max) => (1, *max),
+                };
+                total.reserved += gib(entry.quota.bytes().saturating_mul(gpus as u64)) * hours(seconds);
+                total.used += gib(used) * hours(seconds);
+                counted = true;
+            }
+        }
+        counted.then_some(total)
+    }
+
     pub fn totals(&self) -> Option<Totals> {
         self.record().map(Record::totals)
     }
@@ -87,6 +110,62 @@ impl JobReport {
     pub fn state(&self) -> &str {
         self.runs.last().map_or("", |r| r.state.as_str())
     }
+}
+
+/// GiB-hours of GPU memory: `reserved` is the quota per GPU (with scheduling by memory, what Slurm
+/// set aside in shards) times the GPUs and the run time; `used` the peak per GPU times the run
+/// time, as `seff` puts a job's peak memory against its request.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GibHours {
+    pub reserved: f64,
+    pub used: f64,
+}
+
+impl GibHours {
+    /// `used` against `reserved`, in percent.
+    pub fn efficiency(&self) -> Option<f64> {
+        (self.reserved > 0.0).then(|| self.used * 100.0 / self.reserved)
+    }
+
+    pub fn add(&mut self, other: GibHours) {
+        self.reserved += other.reserved;
+        self.used += other.used;
+    }
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+fn hours(seconds: u64) -> f64 {
+    seconds as f64 / 3600.0
+}
+
+/// Seconds from one sacct time (`2024-06-10T06:10:00`, the cluster's local time) to another;
+/// `None` when either is not a time (`Unknown` while a run goes on) or the end is before the start.
+pub(crate) fn seconds_between(start: &str, end: &str) -> Option<u64> {
+    let (start, end) = (epoch_seconds(start)?, epoch_seconds(end)?);
+    (end >= start).then(|| (end - start) as u64)
+}
+
+/// Seconds since 1970 of `YYYY-MM-DDTHH:MM:SS` taken as UTC (both ends of a span in one zone).
+fn epoch_seconds(time: &str) -> Option<i64> {
+    let (date, clock) = time.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (date.next()??, date.next()??, date.next()??);
+    let mut clock = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm, ss) = (clock.next()??, clock.next()??, clock.next()??);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    // Days from civil (H. Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
 /// GPU-memory efficiency in percent: how much of the quota the peak used, as `seff` reports
@@ -145,4 +224,32 @@ fn newest_record(rows: &[&SacctRow]) -> RecordState {
         }
     }
     problem.map_or(RecordState::Absent, RecordState::Unreadable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_between_sacct_times() {
+        assert_eq!(
+            seconds_between("2024-06-10T06:10:00", "2024-06-10T07:10:00"),
+            Some(3600)
+        );
+        assert_eq!(
+            seconds_between("2024-02-28T23:00:00", "2024-03-01T01:00:00"),
+            Some(26 * 3600)
+        );
+        assert_eq!(
+            seconds_between("2024-12-31T23:59:59", "2025-01-01T00:00:01"),
+            Some(2)
+        );
+        assert_eq!(seconds_between("2024-06-10T06:10:00", "Unknown"), None);
+        assert_eq!(
+            seconds_between("2024-06-10T07:00:00", "2024-06-10T06:00:00"),
+            None
+        );
+        assert_eq!(epoch_seconds("1970-01-01T00:00:00"), Some(0));
+        assert_eq!(epoch_seconds("2026-12-01T12:00:00"), Some(1_796_126_400));
+    }
 }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::format::{human_size, percent, table};
-use super::job::{efficiency, JobReport, RecordState, Run};
+use super::job::{efficiency, GibHours, JobReport, RecordState, Run};
 use crate::json_number::rounded_opt;
 use crate::record::{Entry, EventCounts, Facts, GpuPeaks, LastEvent, Totals};
 
@@ -113,7 +113,28 @@ pub fn jobs_list_text(jobs: &[JobReport]) -> String {
             ]
         })
         .collect();
-    table(&LIST_HEADER, &rows)
+    let mut out = table(&LIST_HEADER, &rows);
+    out.push_str(&gib_hours_text(jobs));
+    out
+}
+
+/// The jobs' GPU memory over time, reserved against used at peak, as one line.
+fn gib_hours_text(jobs: &[JobReport]) -> String {
+    let mut total = GibHours::default();
+    let mut counted = 0;
+    for hours in jobs.iter().filter_map(JobReport::gib_hours) {
+        total.add(hours);
+        counted += 1;
+    }
+    if counted == 0 {
+        return String::new();
+    }
+    format!(
+        "GPU memory of {counted} finished job(s): {:.2} GiB-hours reserved, {:.2} used at peak ({} efficiency)\n",
+        total.reserved,
+        total.used,
+        percent(total.efficiency())
+    )
 }
 
 /// Every job in full, as `{"jobs":[...]}` (compact).

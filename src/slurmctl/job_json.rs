@@ -25,6 +25,8 @@ pub struct JobRecord {
     /// Per node, the GPU indices (Slurm's GRES index on that node) the job holds there, whole
     /// (`gpu`) or in part (`shard`); empty for a node where it holds none.
     pub(crate) gpus_by_node: Vec<Vec<u32>>,
+    /// Per node, how many `gres/shard` the job holds there (0 where it holds none).
+    pub(crate) shards_by_node: Vec<u64>,
 }
 
 impl JobRecord {
@@ -33,6 +35,13 @@ impl JobRecord {
     pub fn gpus_on(&self, node: &str) -> Option<&[u32]> {
         let at = self.nodes.iter().position(|n| n == node)?;
         self.gpus_by_node.get(at).map(Vec::as_slice)
+    }
+
+    /// The `gres/shard` count the job holds on `node`; `None` when the node is not the job's, or
+    /// slurmctld gave no per-node details.
+    pub fn shards_on(&self, node: &str) -> Option<u64> {
+        let at = self.nodes.iter().position(|n| n == node)?;
+        self.shards_by_node.get(at).copied()
     }
 }
 
@@ -79,6 +88,11 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
         .iter()
         .map(|detail| gpu_indices(detail).map_err(|e| format!("job {job_id}: gres_detail `{detail}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    let shards_by_node = job
+        .gres_detail
+        .iter()
+        .map(|detail| shard_count(detail).map_err(|e| format!("job {job_id}: gres_detail `{detail}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(JobRecord {
         job_id,
         admin_comment: job.admin_comment.unwrap_or_default(),
@@ -88,7 +102,26 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
         user_id: job.user_id,
         nodes,
         gpus_by_node,
+        shards_by_node,
     })
+}
+
+/// The `gres/shard` count in one node's GRES detail: `shard:40(IDX:0)` (22.05; `NAME[:TYPE]:COUNT`
+/// then the details in parentheses, as 24.11 writes it too). 0 when the job has no shards there.
+fn shard_count(detail: &str) -> Result<u64, String> {
+    let mut total = 0u64;
+    for item in split_items(detail) {
+        let head = item.split('(').next().unwrap_or("");
+        if head.split(':').next() != Some("shard") {
+            continue;
+        }
+        let count = head.rsplit(':').next().unwrap_or("");
+        let count: u64 = count
+            .parse()
+            .map_err(|_| format!("`{item}` has no shard count"))?;
+        total = total.saturating_add(count);
+    }
+    Ok(total)
 }
 
 /// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
@@ -265,5 +298,22 @@ mod tests {
         assert!(gpu_indices("shard:1(0/2,x)").is_err());
         assert!(gpu_indices("shard:1(3/2)").is_err());
         assert!(gpu_indices("gpu:1(IDX:0-99999)").is_err());
+    }
+
+    #[test]
+    fn shard_counts() {
+        assert_eq!(shard_count("shard:40(IDX:0)").unwrap(), 40);
+        assert_eq!(gpu_indices("shard:40(IDX:2)").unwrap(), [2]);
+        assert_eq!(shard_count("gpu:fake:1(IDX:0)").unwrap(), 0);
+        assert_eq!(shard_count("nic:1,shard:20(IDX:1)").unwrap(), 20);
+        // 24.11's shared-GRES details, after the count.
+        assert_eq!(shard_count("shard:20(20/80:1)").unwrap(), 20);
+        assert_eq!(shard_count("").unwrap(), 0);
+        assert!(shard_count("shard:x(IDX:0)").is_err());
+        let json = TWO_JOBS.replace(r#""gpu:fake:1(IDX:0)""#, r#""shard:40(IDX:0)""#);
+        let job = parse_squeue_json(&json, 12).unwrap();
+        assert_eq!(job.shards_on("vm"), Some(40));
+        assert_eq!(job.shards_on("n1"), Some(0));
+        assert_eq!(job.gpus_on("vm"), Some(&[0][..]));
     }
 }

@@ -412,6 +412,7 @@ fn plan(spank: &Spank) -> StepPlan {
             &policy,
             &who,
             gpu_total.map(ByteSize::from_bytes),
+            shards_on_node(spank, step),
         )?;
         let tuning = policy.as_ref().ok().map(|config| Tuning {
             frameworks: config.frameworks.clone(),
@@ -477,6 +478,17 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
         .filter_map(|name| spank.getenv(name).ok().flatten())
         .find(|value| !value.is_empty() && value != "NoDevFiles")?;
     Some(launch::parse_gpu_list(&value).unwrap_or_default())
+}
+
+/// The job's `gres/shard` count on this node, in the batch step only: slurmd writes
+/// `SLURM_SHARDS_ON_NODE` there from the job's allocation. Any other step's environment was built by
+/// the user's own srun; there the watchdog holds the job to its shards (slurmctld's `gres_detail`).
+fn shards_on_node(spank: &Spank, step: u32) -> Option<u64> {
+    if step != BATCH_STEP {
+        return None;
+    }
+    let value = spank.getenv("SLURM_SHARDS_ON_NODE").ok().flatten()?;
+    value.trim().parse().ok()
 }
 
 /// Who runs the job. The user from the job's uid (slurmstepd's, from the job credential). Account,

@@ -17,6 +17,7 @@ use super::gpu::{GpuSource, NvmlSource, Recording};
 use super::log::Log;
 use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
+use crate::admission;
 use crate::attribute::{self, ProcessIdentity};
 use crate::config;
 use crate::controller::{ControlError, Controller, JobState, SlurmController};
@@ -238,7 +239,12 @@ impl Daemon {
         let source = open_nvml(&settings, &gpus, &mut control, &mut reporter);
         let quota = match (&allocation, &source) {
             (Ok(record), Some(source)) => {
-                within_cap(&policy, params.quota, record, &user, source, &mut reporter)
+                let (quota, changed) =
+                    admission::held_to_shards(&policy.scheduling, params.quota, record.shards_on(&node));
+                if let Some(line) = changed {
+                    reporter.warning(&line);
+                }
+                within_cap(&policy, quota, record, &user, source, &mut reporter)
             }
             _ => params.quota,
         };

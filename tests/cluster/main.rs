@@ -8,5 +8,6 @@ mod policy;
 mod preempt;
 mod report;
 mod security;
+mod shards;
 mod support;
 mod watchdog;
