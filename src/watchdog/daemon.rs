@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::contend::{Contender, JobFacts};
 use super::control::ProcAttributor;
 use super::gpu::{GpuSource, NvmlSource, Recording};
+use super::heal::{self, HealPolicy};
 use super::log::Log;
 use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
@@ -177,6 +178,7 @@ pub(crate) fn run(params: Params) -> ExitCode {
         Err(code) => return code,
     };
     daemon.watch();
+    daemon.heal();
     daemon.leave();
     ExitCode::SUCCESS
 }
@@ -188,6 +190,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 struct Daemon {
     params: Params,
     settings: config::Enforcement,
+    /// `[hints] near_margin`: what near out of memory means, for self-healing.
+    near_margin: f64,
     /// The job's runtime directory (status, record, pid and lock files).
     dir: PathBuf,
     /// Held while the watchdog runs: a second watchdog for the job exits at once.
@@ -281,6 +285,7 @@ impl Daemon {
         Ok(Daemon {
             params,
             settings,
+            near_margin: policy.hints.near_margin,
             dir,
             _lock: lock,
             user,
@@ -364,6 +369,24 @@ impl Daemon {
             }
         }
         self.gpus = Some(gpus);
+    }
+
+    /// The run ended here: requeue a batch job that failed near out of memory (`super::heal`).
+    fn heal(&mut self) {
+        let policy = HealPolicy {
+            enabled: self.settings.requeue_near_oom,
+            max_requeues: self.settings.max_requeues,
+            near_margin: self.near_margin,
+        };
+        // A plain sleep: the stop signal that ended the watch is what this waits past.
+        let mut wait = |pause: Duration| std::thread::sleep(pause);
+        heal::after_run(
+            &mut self.watchdog,
+            &policy,
+            &mut self.control,
+            &mut self.reporter,
+            &mut wait,
+        );
     }
 
     /// Keeps the record (in the AdminComment, and in the job's runtime directory for the plugin's

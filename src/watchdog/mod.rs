@@ -13,6 +13,7 @@ pub(crate) mod contend;
 pub mod control;
 pub(crate) mod daemon;
 pub mod gpu;
+pub mod heal;
 pub mod ladder;
 pub mod leftovers;
 pub(crate) mod log;
@@ -30,7 +31,7 @@ use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
 use ladder::{JobFacts, Ladder, Step};
-use shared_record::{count_action, record_first, Recorded};
+use shared_record::{count_action, record_first, requeues_caused, Recorded};
 
 /// Which processes are the job's. `None`: the process is gone.
 pub trait Attributor {
@@ -450,12 +451,7 @@ impl Watchdog {
             cause: e,
         })?;
         let requeues_by_us = match &comment {
-            AdminComment::Read(_) => comment.record().map_or(0, |r| {
-                let events = r.totals().events;
-                events
-                    .get(EventKind::Requeued)
-                    .saturating_add(events.get(EventKind::Held))
-            }),
+            AdminComment::Read(_) => requeues_caused(&comment).unwrap_or(0),
             // Unknown history must not buy the job more requeues: count every restart as ours.
             AdminComment::Unreadable(why) => {
                 report.warning(&format!(
