@@ -16,6 +16,9 @@ bytes to $FAKE_NVML_DIR/procs/<gpu>/<pid> (gpu = the first entry of CUDA_VISIBLE
 watchdog sees it as this process's GPU memory. Usage per micro-step is FIXED + PER_SAMPLE x micro-batch
 and stays there, as NVML sees a PyTorch process (its caching allocator keeps what it reserved);
 --release-between-steps falls back to FIXED between micro-steps instead: the allocator's saw-tooth.
+--device-limit makes it run out of memory as a real GPU would (full, or under a hard limit): the
+allocation that does not fit fails with a CUDA-style message and exit status 1, which the watchdog's
+self-healing requeues when the run peaked near its quota (--long-from-step brings that on mid-run).
 
     python3 train_loop.py --batch 8x8 --fixed 20G --per-sample 4G --steps 100 --step-seconds 1
 
@@ -168,6 +171,20 @@ class FakeGpu:
             pass
 
 
+def out_of_memory(gpu, args, sample_bytes, step, micro):
+    """The device has no room for this micro-batch's activations: hold the samples that fit (a forward pass
+    allocates as it goes), then fail as PyTorch does, with exit status 1."""
+    fits = max(0, (args.device_limit - args.fixed) // sample_bytes) if sample_bytes else micro
+    held = args.fixed + sample_bytes * min(fits, micro)
+    gpu.use(held)
+    time.sleep(args.oom_after)
+    gib = 1 << 30
+    print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {sample_bytes / gib:.2f} GiB. "
+          f"GPU 0 has {(args.device_limit - held) / gib:.2f} GiB free; this process has {held / gib:.2f} GiB "
+          f"in use (step {step}, micro-batch {micro})", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 # --- the loop --------------------------------------------------------------------------------------------
 
 def main():
@@ -178,6 +195,18 @@ def main():
     parser.add_argument("--per-sample", type=parse_size, default=parse_size("4G"),
                         help="activation memory per sample of a micro-batch (4G)")
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps to train (100)")
+    parser.add_argument("--long-from-step", type=int, default=None,
+                        help="from this optimizer step on the data has its long sequences: per-sample "
+                             "memory is --long-per-sample (a length curriculum; default: never)")
+    parser.add_argument("--long-per-sample", type=parse_size, default=None,
+                        help="per-sample activation memory from --long-from-step on")
+    parser.add_argument("--device-limit", type=parse_size, default=None,
+                        help="GPU memory the device grants this process (a full GPU, or a hard limit); an "
+                             "allocation past it fails with a CUDA out-of-memory error and the loop exits 1, "
+                             "as PyTorch does. The fake GPU itself refuses nothing (default: no limit)")
+    parser.add_argument("--oom-after", type=float, default=0.0,
+                        help="seconds the failing forward pass holds what it got before the allocation that "
+                             "fails (0.0)")
     parser.add_argument("--release-between-steps", action="store_true",
                         help="give activation memory back to the device between micro-steps; by default it "
                              "is kept, as PyTorch's caching allocator does (NVML sees the reserved peak)")
@@ -218,8 +247,15 @@ def main():
     try:
         while step < args.steps:
             micro_seconds = args.step_seconds / accum * (CHECKPOINTING_TIME if checkpointing else 1)
+            long = args.long_from_step is not None and step >= args.long_from_step
+            sample_bytes = per_sample
+            if long and args.long_per_sample is not None:
+                sample_bytes = args.long_per_sample * (CHECKPOINTING_MEMORY if checkpointing else 1)
             for _ in range(accum):
-                gpu.use(args.fixed + per_sample * micro)  # forward and backward: activations held
+                need = args.fixed + sample_bytes * micro
+                if args.device_limit is not None and need > args.device_limit:
+                    out_of_memory(gpu, args, sample_bytes, step, micro)
+                gpu.use(need)  # forward and backward: activations held
                 time.sleep(micro_seconds * 0.7)
                 if args.release_between_steps:
                     gpu.use(args.fixed)  # activations freed back to the device
