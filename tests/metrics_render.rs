@@ -70,7 +70,7 @@ fn odd_user_names_are_escaped() {
     let text = render(&job);
     assert!(text.contains(r#"user="ev\"il\\\nuser""#), "{text}");
     // Every sample stays on one line.
-    assert_eq!(text.lines().count(), 2 * 4 + 2 * 3 + 6);
+    assert_eq!(text.lines().count(), 2 * 4 + 2 * 3 + 7);
 }
 
 /// `promtool check metrics` reads the exposition text on stdin and lints names, types and help.
