@@ -148,9 +148,16 @@ def early_warning(status):
 # --- the fake GPU ----------------------------------------------------------------------------------------
 
 class FakeGpu:
-    """This process's GPU memory, as the fake NVML reads it."""
+    """This process's GPU memory, as the fake NVML reads it. With the fake library (--fake-nvml-lib) an
+    allocation goes through its fakeNvmlClaim, which the driver's hard limit can refuse, as cudaMalloc."""
 
-    def __init__(self):
+    def __init__(self, library=None):
+        self.claim = None
+        if library:
+            import ctypes
+            self.claim = ctypes.CDLL(library).fakeNvmlClaim
+            self.claim.argtypes = [ctypes.c_uint, ctypes.c_uint64]
+            self.claim.restype = ctypes.c_int
         root = os.environ.get("FAKE_NVML_DIR", "/var/lib/fake-nvml")
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") or "0"
         self.gpu = visible.split(",")[0]
@@ -159,10 +166,19 @@ class FakeGpu:
         self.path = os.path.join(directory, str(os.getpid()))
 
     def use(self, nbytes):
+        """Holds `nbytes` in all; False when the device refused (NVML_ERROR_MEMORY: out of memory)."""
+        if self.claim is not None:
+            code = self.claim(int(self.gpu), int(nbytes))
+            if code == 20:
+                return False
+            if code != 0:
+                raise OSError(f"fakeNvmlClaim answered NVML error {code}")
+            return True
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
             f.write(f"{int(nbytes)}\n")
         os.replace(tmp, self.path)
+        return True
 
     def release(self):
         try:
@@ -185,6 +201,13 @@ def out_of_memory(gpu, args, sample_bytes, step, micro):
     sys.exit(1)
 
 
+def refused(need, step, micro):
+    """The driver refused the allocation (a hard limit): fail as PyTorch does, with exit status 1."""
+    print(f"torch.OutOfMemoryError: CUDA out of memory. The device refused {need / (1 << 30):.2f} GiB in all "
+          f"(step {step}, micro-batch {micro})", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 # --- the loop --------------------------------------------------------------------------------------------
 
 def main():
@@ -204,6 +227,9 @@ def main():
                         help="GPU memory the device grants this process (a full GPU, or a hard limit); an "
                              "allocation past it fails with a CUDA out-of-memory error and the loop exits 1, "
                              "as PyTorch does. The fake GPU itself refuses nothing (default: no limit)")
+    parser.add_argument("--fake-nvml-lib", default=None,
+                        help="allocate through this fake libnvidia-ml's fakeNvmlClaim, which a hard limit of "
+                             "the job's cgroup can refuse (default: write the claim file directly)")
     parser.add_argument("--oom-after", type=float, default=0.0,
                         help="seconds the failing forward pass holds what it got before the allocation that "
                              "fails (0.0)")
@@ -242,7 +268,7 @@ def main():
     # A requeue or scancel sends SIGTERM: leave through `finally`, so the fake GPU memory is freed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    gpu = FakeGpu()
+    gpu = FakeGpu(args.fake_nvml_lib)
     applied_warning = None
     try:
         while step < args.steps:
@@ -255,7 +281,8 @@ def main():
                 need = args.fixed + sample_bytes * micro
                 if args.device_limit is not None and need > args.device_limit:
                     out_of_memory(gpu, args, sample_bytes, step, micro)
-                gpu.use(need)  # forward and backward: activations held
+                if not gpu.use(need):  # forward and backward: activations held
+                    refused(need, step, micro)
                 time.sleep(micro_seconds * 0.7)
                 if args.release_between_steps:
                     gpu.use(args.fixed)  # activations freed back to the device

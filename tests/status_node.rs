@@ -44,6 +44,7 @@ fn fake_node(runtime: &Path) {
                 quota_bytes: Some(40 * GIB),
                 total_bytes: Some(80 * GIB),
                 health: Some(JobHealth::Warn),
+                hard_limit_bytes: None,
             },
             GpuStatus {
                 index: 1,
@@ -53,6 +54,7 @@ fn fake_node(runtime: &Path) {
                 quota_bytes: Some(40 * GIB),
                 total_bytes: Some(80 * GIB),
                 health: Some(JobHealth::Warn),
+                hard_limit_bytes: None,
             },
         ],
         prediction: None,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::contend::{Contender, JobFacts};
 use super::control::ProcAttributor;
 use super::gpu::{GpuSource, NvmlSource, Recording};
+use super::hard_limit::{self, Answer, InForce, Outcome, Setter};
 use super::heal::{self, HealPolicy};
 use super::log::Log;
 use super::status::Status;
@@ -206,6 +207,8 @@ struct Daemon {
     attributor: ProcAttributor,
     /// `None`: preemption is off, or this job takes no part in it.
     contender: Option<Contender>,
+    /// The driver's hard limit set for the job's cgroup, cleared on the way out.
+    hard_limit: Option<(Setter, InForce)>,
 }
 
 impl Daemon {
@@ -248,6 +251,13 @@ impl Daemon {
         };
         let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
             .with_prediction(policy.prediction.clone());
+        let hard_limit = match (&source, quota) {
+            (Some(source), Some(quota)) => {
+                set_hard_limit(&settings.nvml_library, source, quota.bytes(), &mut reporter)
+            }
+            _ => None,
+        };
+        watchdog.set_hard_limit(hard_limit.as_ref().map(|(_, f)| f.clone()));
         if let Ok(job) = &job {
             watchdog.set_run(job.restarts);
             watchdog.set_node_count(job.node_count);
@@ -296,6 +306,7 @@ impl Daemon {
             watchdog,
             attributor,
             contender,
+            hard_limit,
         })
     }
 
@@ -424,12 +435,84 @@ impl Daemon {
             }
         ));
         self.metrics.remove(&mut self.reporter);
+        self.clear_hard_limit();
         if let Some(contender) = &self.contender {
             contender.leave();
         }
         if let Err(e) = runtime::remove_job_dir(&self.settings.runtime_dir, self.params.job_id) {
             self.reporter
                 .error(&format!("cannot remove {}: {e}", self.dir.display()));
+        }
+    }
+}
+
+impl Daemon {
+    /// Takes the hard limit off the job's cgroup (where its run ended and the cgroup may be reused
+    /// by the next run of the job, or where a v1 cgroup outlives its job).
+    fn clear_hard_limit(&mut self) {
+        let (Some((setter, in_force)), Some(gpus)) = (self.hard_limit.take(), self.gpus.as_ref()) else {
+            return;
+        };
+        for (gpu, device) in gpus.listed_handles() {
+            let code = setter.set(device, &in_force.namespace, 0, hard_limit::LIMIT_MAX);
+            if code != 0 {
+                self.reporter.warning(&format!(
+                    "cannot clear the hard limit on GPU {gpu} (NVML error {code}); it goes with the cgroup"
+                ));
+            }
+        }
+    }
+}
+
+/// Sets the driver's hard limit (the quota) for the job's cgroup on each of its GPUs, where the
+/// driver offers it (`super::hard_limit`), and logs which path is in force. The job's cgroup is
+/// the watchdog's own (the plugin starts it inside the job's cgroup; the kernel says which).
+fn set_hard_limit(
+    library: &Path,
+    source: &NvmlSource,
+    quota: u64,
+    report: &mut LogReporter,
+) -> Option<(Setter, InForce)> {
+    let outcome = match Setter::find(library) {
+        Err(why) => (Outcome::NotOffered(why), None),
+        Ok(setter) => {
+            match attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), std::process::id()) {
+                None => (
+                    Outcome::Failed("the job's cgroup cannot be found from the watchdog's own".into()),
+                    None,
+                ),
+                Some(cgroup) => {
+                    let answers: Vec<Answer> = source
+                        .listed_handles()
+                        .into_iter()
+                        .map(|(gpu, device)| Answer {
+                            gpu,
+                            code: setter.set(device, &cgroup.dir, quota, quota),
+                        })
+                        .collect();
+                    (hard_limit::outcome(&cgroup.dir, quota, &answers), Some(setter))
+                }
+            }
+        }
+    };
+    match outcome {
+        (Outcome::InForce(in_force), Some(setter)) => {
+            report.info(&Outcome::InForce(in_force.clone()).log_line());
+            Some((setter, in_force))
+        }
+        (other, setter) => {
+            report.info(&other.log_line());
+            // A limit taken by some GPUs and refused by another is taken off again: one path only.
+            if let (Some(setter), Ok(cgroup)) = (
+                setter,
+                attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), std::process::id())
+                    .ok_or(()),
+            ) {
+                for (_, device) in source.listed_handles() {
+                    let _ = setter.set(device, &cgroup.dir, 0, hard_limit::LIMIT_MAX);
+                }
+            }
+            None
         }
     }
 }

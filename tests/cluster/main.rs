@@ -1,6 +1,7 @@
 //! End-to-end tests against the real one-node cluster (`slurm/dev-cluster test` runs them).
 //! Every job is submitted by the ordinary test user with the real sbatch, srun and salloc.
 
+mod hard_limit;
 mod heal;
 mod hints;
 mod plugin;
