@@ -137,13 +137,31 @@ fn explain_warns_when_the_pytorch_memory_fraction_is_on() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("policy.toml");
     std::fs::write(&path, "[frameworks]\npytorch_memory_fraction = true\n").unwrap();
-    let out = check_config(&[path.to_str().unwrap(), "--explain", "--user", "alice", "--gpu-size", "80G"]);
+    let out = check_config(&[
+        path.to_str().unwrap(),
+        "--explain",
+        "--user",
+        "alice",
+        "--gpu-size",
+        "80G",
+    ]);
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(0));
     let report = text(&out.stdout);
-    assert!(report.lines().any(|l| l == "  framework caps        PyTorch (with memory fraction), JAX, TensorFlow"), "{report}");
-    let warning = report.lines().find(|l| l.starts_with("  warning: pytorch_memory_fraction is on")).unwrap_or_else(|| panic!("{report}"));
-    assert!(warning.contains("only from 2.10") && warning.contains("2.9 and older refuse"), "{warning}");
+    assert!(
+        report
+            .lines()
+            .any(|l| l == "  framework caps        PyTorch (with memory fraction), JAX, TensorFlow"),
+        "{report}"
+    );
+    let warning = report
+        .lines()
+        .find(|l| l.starts_with("  warning: pytorch_memory_fraction is on"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        warning.contains("only from 2.10") && warning.contains("2.9 and older refuse"),
+        "{warning}"
+    );
 }
 
 #[test]

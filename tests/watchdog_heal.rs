@@ -101,13 +101,18 @@ fn a_failure_near_the_quota_is_requeued_once_it_shows_then_recorded() {
     let (slurm, lines, waits) = heal(31 * G / 2, slurm, &POLICY);
     assert_eq!(slurm.calls, ["requeue-ended", "comment"], "{:?}", lines.lines);
     assert_eq!(waits.len(), 1, "one wait while it still showed RUNNING");
-    assert!(slurm.admin_comment.starts_with("site:keep-me "), "{}", slurm.admin_comment);
+    assert!(
+        slurm.admin_comment.starts_with("site:keep-me "),
+        "{}",
+        slurm.admin_comment
+    );
     let totals = record::parse(&slurm.admin_comment).unwrap().unwrap().totals();
     assert_eq!(totals.events.get(EventKind::Oom), 1);
     assert_eq!(totals.events.get(EventKind::Requeued), 1);
     assert_eq!(totals.restarts, 1);
     assert!(
-        lines.lines.iter().any(|l| l.contains("failed (exit code 1) after peaking at 15872M (quota 16G, GPU 80G)")
+        lines.lines.iter().any(|l| l
+            .contains("failed (exit code 1) after peaking at 15872M (quota 16G, GPU 80G)")
             && l.contains("requeued with near-OOM hints")),
         "{:?}",
         lines.lines
@@ -144,7 +149,14 @@ fn switched_off_or_completed_or_at_max_requeues_it_stays_as_it_ended() {
     };
     let (slurm, lines, _) = heal(16 * G, completed, &POLICY);
     assert!(slurm.calls.is_empty());
-    assert!(lines.lines.iter().any(|l| l.contains("ended COMPLETED, not FAILED")), "{:?}", lines.lines);
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.contains("ended COMPLETED, not FAILED")),
+        "{:?}",
+        lines.lines
+    );
 
     // Three requeues for GPU memory on record already.
     let mut entry = record::Entry::new("node1", 0, ByteSize::from_bytes(16 * G));
@@ -158,7 +170,11 @@ fn switched_off_or_completed_or_at_max_requeues_it_stays_as_it_ended() {
     };
     let (slurm, lines, _) = heal(16 * G, at_max, &POLICY);
     assert!(slurm.calls.is_empty());
-    assert!(lines.lines.iter().any(|l| l.contains("max_requeues 3")), "{:?}", lines.lines);
+    assert!(
+        lines.lines.iter().any(|l| l.contains("max_requeues 3")),
+        "{:?}",
+        lines.lines
+    );
 
     // An AdminComment that cannot be read: every restart counts as ours.
     let unreadable = FakeSlurm {
@@ -183,5 +199,12 @@ fn a_job_that_never_shows_its_end_is_left_alone_within_a_bounded_wait() {
     assert!(slurm.calls.is_empty());
     assert_eq!(waits.len(), 59, "a minute of asking, once a second");
     assert!(waits.iter().all(|w| *w == Duration::from_secs(1)));
-    assert!(lines.lines.iter().any(|l| l.contains("still shows the job COMPLETING")), "{:?}", lines.lines);
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.contains("still shows the job COMPLETING")),
+        "{:?}",
+        lines.lines
+    );
 }

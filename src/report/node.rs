@@ -218,7 +218,10 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
         let limited: Vec<String> = job
             .gpus
             .iter()
-            .filter_map(|g| g.hard_limit_bytes.map(|b| format!("GPU {} at {}", g.index, human_size(b))))
+            .filter_map(|g| {
+                g.hard_limit_bytes
+                    .map(|b| format!("GPU {} at {}", g.index, human_size(b)))
+            })
             .collect();
         if !limited.is_empty() {
             out.push_str(&format!(

@@ -149,9 +149,16 @@ fn state_of(value: &Value) -> Option<JobState> {
         Value::String(name) => Some(JobState::from_slurm(name)),
         Value::Array(names) => {
             let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
-            let flag = ["COMPLETING", "CONFIGURING", "STAGE_OUT", "REQUEUED", "RESIZING", "SIGNALING"]
-                .into_iter()
-                .find(|flag| names.contains(flag));
+            let flag = [
+                "COMPLETING",
+                "CONFIGURING",
+                "STAGE_OUT",
+                "REQUEUED",
+                "RESIZING",
+                "SIGNALING",
+            ]
+            .into_iter()
+            .find(|flag| names.contains(flag));
             flag.or(names.first().copied()).map(JobState::from_slurm)
         }
         _ => None,
@@ -176,13 +183,17 @@ fn exit_of(value: &Value) -> (Option<u32>, u32) {
 
 /// A count printed as a number, or as `{"number": N}` (23.11 on).
 fn whole_number(value: &Value) -> Option<u32> {
-    let n = value.as_u64().or_else(|| value.get("number").and_then(Value::as_u64))?;
+    let n = value
+        .as_u64()
+        .or_else(|| value.get("number").and_then(Value::as_u64))?;
     u32::try_from(n).ok()
 }
 
 /// A JSON boolean, or a number (non-zero is true), as `batch_flag` and `requeue` are printed.
 fn truthy(value: &Value) -> bool {
-    value.as_bool().unwrap_or_else(|| value.as_u64().is_some_and(|n| n > 0))
+    value
+        .as_bool()
+        .unwrap_or_else(|| value.as_u64().is_some_and(|n| n > 0))
 }
 
 /// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
@@ -308,7 +319,10 @@ mod tests {
         // No state printed: nothing to tell; the running job of TWO_JOBS has no exit code yet.
         assert_eq!(parse_squeue_json(TWO_JOBS, 1).unwrap().end, None);
         let running = parse_squeue_json(TWO_JOBS, 12).unwrap().end.unwrap();
-        assert_eq!((running.state, running.exit_code, running.batch), (JobState::Running, None, false));
+        assert_eq!(
+            (running.state, running.exit_code, running.batch),
+            (JobState::Running, None, false)
+        );
     }
 
     #[test]

@@ -181,9 +181,15 @@ mod tests {
         };
         assert_eq!((f.gpus, f.bytes), (vec![0, 2], 16 * G));
         let old = outcome(ns, 16 * G, &[ok(0), Answer { gpu: 2, code: 13 }]);
-        assert!(matches!(old, Outcome::NotOffered(ref why) if why.contains("GPU 2")), "{old:?}");
+        assert!(
+            matches!(old, Outcome::NotOffered(ref why) if why.contains("GPU 2")),
+            "{old:?}"
+        );
         let refused = outcome(ns, 16 * G, &[Answer { gpu: 0, code: 4 }]);
-        assert!(matches!(refused, Outcome::Failed(ref why) if why.contains("error 4")), "{refused:?}");
+        assert!(
+            matches!(refused, Outcome::Failed(ref why) if why.contains("error 4")),
+            "{refused:?}"
+        );
         assert!(matches!(outcome(ns, 16 * G, &[]), Outcome::Failed(_)));
     }
 
@@ -199,7 +205,9 @@ mod tests {
     #[test]
     fn a_library_without_the_function_is_an_old_driver() {
         // libc has no NVML functions: the look-up fails, it does not crash.
-        let e = Setter::find(Path::new("libc.so.6")).err().expect("no setter in libc");
+        let e = Setter::find(Path::new("libc.so.6"))
+            .err()
+            .expect("no setter in libc");
         assert!(e.contains("has no nvmlDeviceSetMemoryLimits_v1"), "{e}");
         assert!(Setter::find(Path::new("/nonexistent/libnvidia-ml.so.1")).is_err());
     }

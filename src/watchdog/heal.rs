@@ -122,16 +122,11 @@ pub fn after_run(
     if watchdog.has_acted() {
         return; // requeued, held or cancelled by us already
     }
-    let Some(peak) = watchdog
-        .usage
-        .values()
-        .max_by_key(|u| u.peak)
-        .map(|u| RunPeak {
-            peak: u.peak,
-            quota: quota.bytes(),
-            gpu_total: u.total,
-        })
-    else {
+    let Some(peak) = watchdog.usage.values().max_by_key(|u| u.peak).map(|u| RunPeak {
+        peak: u.peak,
+        quota: quota.bytes(),
+        gpu_total: u.total,
+    }) else {
         return;
     };
     if !near_oom(&peak, policy) {
@@ -169,7 +164,9 @@ pub fn after_run(
         Verdict::Leave(why) => report.info(&format!("{what}: {why}")),
         Verdict::Requeue => {
             if let Err(e) = control.requeue_ended() {
-                report.error(&format!("{what}: self-healing requeue failed ({e}): the job stays FAILED"));
+                report.error(&format!(
+                    "{what}: self-healing requeue failed ({e}): the job stays FAILED"
+                ));
                 return;
             }
             report.warning(&format!(
@@ -301,7 +298,10 @@ mod tests {
     #[test]
     fn a_batch_job_that_failed_near_its_quota_is_requeued() {
         // 15.5G of 16G: within 5 %.
-        assert_eq!(decide(&failed(1), "vm", 0, &peak(31 * G / 2), 0, &ON), Verdict::Requeue);
+        assert_eq!(
+            decide(&failed(1), "vm", 0, &peak(31 * G / 2), 0, &ON),
+            Verdict::Requeue
+        );
         // Killed by a signal (a C++ OOM abort): the exit code is 0, the signal tells.
         let aborted = JobEnd {
             exit_code: Some(0),
@@ -323,7 +323,10 @@ mod tests {
         let far = decide(&failed(1), "vm", 0, &peak(8 * G), 0, &ON);
         assert!(matches!(far, Verdict::Leave(_)), "{far:?}");
         let off = HealPolicy { enabled: false, ..ON };
-        assert!(matches!(decide(&failed(1), "vm", 0, &peak(16 * G), 0, &off), Verdict::Leave(_)));
+        assert!(matches!(
+            decide(&failed(1), "vm", 0, &peak(16 * G), 0, &off),
+            Verdict::Leave(_)
+        ));
         assert!(!near_oom(&peak(16 * G), &off));
         assert!(near_oom(&peak(16 * G), &ON) && !near_oom(&peak(15 * G), &ON));
     }
@@ -343,11 +346,35 @@ mod tests {
             JobState::Pending,
             JobState::Preempted,
         ] {
-            assert!(leaves(JobEnd { state: state.clone(), ..failed(1) }, "vm", 0), "{state}");
+            assert!(
+                leaves(
+                    JobEnd {
+                        state: state.clone(),
+                        ..failed(1)
+                    },
+                    "vm",
+                    0
+                ),
+                "{state}"
+            );
         }
         assert!(leaves(failed(0), "vm", 0));
-        assert!(leaves(JobEnd { batch: false, ..failed(1) }, "vm", 0));
-        assert!(leaves(JobEnd { requeue: false, ..failed(1) }, "vm", 0));
+        assert!(leaves(
+            JobEnd {
+                batch: false,
+                ..failed(1)
+            },
+            "vm",
+            0
+        ));
+        assert!(leaves(
+            JobEnd {
+                requeue: false,
+                ..failed(1)
+            },
+            "vm",
+            0
+        ));
         assert!(leaves(failed(1), "vm", 1), "another run ended");
         let two_nodes = JobEnd {
             batch_host: "n1".into(),

@@ -43,7 +43,11 @@ fn client(dir: &Path) -> String {
     let path = dir.join("nvml_client.py");
     std::fs::write(&path, CLIENT).unwrap();
     run_checked(std::process::Command::new("chmod").arg("0644").arg(&path));
-    format!("python3 {} {}", path.display(), lab().join("lib/libnvidia-ml.so.1").display())
+    format!(
+        "python3 {} {}",
+        path.display(),
+        lab().join("lib/libnvidia-ml.so.1").display()
+    )
 }
 
 /// Removes `faults.toml` again when dropped.
@@ -69,7 +73,10 @@ fn a_claim_beyond_the_hard_limit_fails_for_that_job_alone() {
         ready.display()
     );
     let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=16G"], &script);
-    assert!(wait_until(Duration::from_secs(60), || ready.exists()), "job {job} never got there");
+    assert!(
+        wait_until(Duration::from_secs(60), || ready.exists()),
+        "job {job} never got there"
+    );
     let out = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     let gpu = out
         .lines()
@@ -77,24 +84,39 @@ fn a_claim_beyond_the_hard_limit_fails_for_that_job_alone() {
         .unwrap_or_else(|| panic!("{out}"))
         .to_string();
     assert!(out.contains("claim 12 G: 0"), "within the hard limit: {out}");
-    assert!(out.contains("claim 18 G: 20"), "past it: NVML_ERROR_MEMORY: {out}");
+    assert!(
+        out.contains("claim 18 G: 20"),
+        "past it: NVML_ERROR_MEMORY: {out}"
+    );
     assert!(out.contains("total 16 G"), "the job sees the capped size: {out}");
     // Another process of the same user on the same GPU, outside the job, is not held to it.
     let outside = as_user("bash", &["-c", &format!("{client} claim {gpu} 30")], &[]);
-    assert!(String::from_utf8_lossy(&outside.stdout).contains("claim 30 G: 0"), "{outside:?}");
+    assert!(
+        String::from_utf8_lossy(&outside.stdout).contains("claim 30 G: 0"),
+        "{outside:?}"
+    );
     // The status file and `status` say a hard limit is in force.
     let status = admin(
         lab().join("bin/gpu-mem-quota").to_str().unwrap(),
-        &["status", "--config", lab().join("etc/gpu-mem-quota.toml").to_str().unwrap()],
+        &[
+            "status",
+            "--config",
+            lab().join("etc/gpu-mem-quota.toml").to_str().unwrap(),
+        ],
     );
     assert!(
-        status.contains(&format!("Job {job}: the driver's hard limit is in force (GPU {gpu} at 16G)")),
+        status.contains(&format!(
+            "Job {job}: the driver's hard limit is in force (GPU {gpu} at 16G)"
+        )),
         "{status}"
     );
-    assert!(wait_until(Duration::from_secs(60), || job_field(job, "JobState") == "COMPLETED"));
+    assert!(wait_until(Duration::from_secs(60), || job_field(job, "JobState")
+        == "COMPLETED"));
     let log = syslog();
     assert!(
-        log.contains(&format!("job {job}: hard limit in force: nvmlDeviceSetMemoryLimits_v1 caps cgroup ")),
+        log.contains(&format!(
+            "job {job}: hard limit in force: nvmlDeviceSetMemoryLimits_v1 caps cgroup "
+        )),
         "{log}"
     );
     // Cleared on the way out.
@@ -106,16 +128,19 @@ fn a_claim_beyond_the_hard_limit_fails_for_that_job_alone() {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn without_the_function_the_watchdog_enforces_as_before_and_the_log_says_so() {
     let _policy = install_policy(&policy());
-    std::fs::write(Path::new(FAKE_NVML).join("faults.toml"), "memory_limits = \"absent\"\n").unwrap();
+    std::fs::write(
+        Path::new(FAKE_NVML).join("faults.toml"),
+        "memory_limits = \"absent\"\n",
+    )
+    .unwrap();
     let _faults = Faults;
     let dir = user_dir("hard-limit-absent");
     let client = client(&dir);
-    let script = format!(
-        "GPU=${{SLURM_JOB_GPUS%%,*}}; sleep 2; {client} claim $GPU 18 60"
-    );
+    let script = format!("GPU=${{SLURM_JOB_GPUS%%,*}}; sleep 2; {client} claim $GPU 18 60");
     let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=16G"], &script);
     assert!(
-        wait_until(Duration::from_secs(60), || job_field(job, "JobState") == "CANCELLED"),
+        wait_until(Duration::from_secs(60), || job_field(job, "JobState")
+            == "CANCELLED"),
         "job {job} is {}",
         job_field(job, "JobState")
     );
@@ -128,5 +153,8 @@ fn without_the_function_the_watchdog_enforces_as_before_and_the_log_says_so() {
         )) && log.contains("the watchdog alone enforces the quota"),
         "{log}"
     );
-    assert!(log.contains(&format!("job {job}: GPU memory 18G over its 16G quota")), "{log}");
+    assert!(
+        log.contains(&format!("job {job}: GPU memory 18G over its 16G quota")),
+        "{log}"
+    );
 }

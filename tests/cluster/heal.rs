@@ -70,7 +70,10 @@ fn a_job_that_runs_out_of_memory_is_requeued_with_hints_and_finishes_smaller() {
     let out = output(&dir, job);
     assert!(done, "job {job} is {}: {out}", job_field(job, "JobState"));
     assert_eq!(job_field(job, "Restarts"), "1", "requeued once: {out}");
-    assert!(out.contains("torch.OutOfMemoryError: CUDA out of memory"), "{out}");
+    assert!(
+        out.contains("torch.OutOfMemoryError: CUDA out of memory"),
+        "{out}"
+    );
     assert!(out.contains("GPU_MEM_QUOTA_RESTARTS=1"), "{out}");
     assert!(out.contains("GPU_MEM_QUOTA_LAST_EVENT=near-oom"), "{out}");
     assert!(out.contains("GPU_MEM_QUOTA_MICRO_BATCH=4"), "{out}");
@@ -78,12 +81,16 @@ fn a_job_that_runs_out_of_memory_is_requeued_with_hints_and_finishes_smaller() {
     assert!(out.contains("done: 6 steps at 4x16"), "{out}");
     let log = syslog();
     assert!(
-        log.contains(&format!("job {job}: the batch script failed (exit code 1) after peaking at 15872M"))
-            && log.contains("requeued with near-OOM hints (self-healing, requeue 1 of at most 3)"),
+        log.contains(&format!(
+            "job {job}: the batch script failed (exit code 1) after peaking at 15872M"
+        )) && log.contains("requeued with near-OOM hints (self-healing, requeue 1 of at most 3)"),
         "{log}"
     );
     let comment = job_field(job, "AdminComment");
-    assert!(comment.contains("oom=1") && comment.contains("requeued=1"), "{comment}");
+    assert!(
+        comment.contains("oom=1") && comment.contains("requeued=1"),
+        "{comment}"
+    );
 }
 
 #[test]

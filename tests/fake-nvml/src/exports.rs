@@ -9,10 +9,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::call::{self, Call, Target};
 use crate::claims::{Claim, Kind};
-use crate::limits;
 use crate::codes::{self, Return};
 use crate::growth;
 use crate::handle::Handle;
+use crate::limits;
 use crate::model::{claims_of, list_reply, memory_info, phantom_rows, process_rows, ListReply, MemoryV2};
 use crate::scenario::{Mig, MAX_MIG_DEVICES};
 
@@ -292,7 +292,10 @@ fn read_limits(paths: &call::Paths, gpu: usize) -> Vec<limits::Limit> {
 /// The cgroup directories of process `pid`, from `<proc>/<pid>/cgroup`.
 fn caller_dirs(paths: &call::Paths, pid: u32) -> Option<Vec<std::path::PathBuf>> {
     let text = std::fs::read_to_string(paths.proc_root.join(pid.to_string()).join("cgroup")).ok()?;
-    Some(limits::cgroup_dirs(&text, std::path::Path::new(limits::CGROUP_ROOT)))
+    Some(limits::cgroup_dirs(
+        &text,
+        std::path::Path::new(limits::CGROUP_ROOT),
+    ))
 }
 
 /// What the processes in `limit`'s namespace hold on the GPU, `except` one of them.
@@ -301,8 +304,7 @@ fn namespace_usage(paths: &call::Paths, limit: &limits::Limit, claims: &[Claim],
         .iter()
         .filter(|c| Some(c.pid) != except)
         .filter(|c| {
-            caller_dirs(paths, c.pid)
-                .is_some_and(|dirs| dirs.iter().any(|d| d.starts_with(&limit.namespace)))
+            caller_dirs(paths, c.pid).is_some_and(|dirs| dirs.iter().any(|d| d.starts_with(&limit.namespace)))
         })
         .map(Claim::counted_bytes)
         .sum()
@@ -329,7 +331,9 @@ unsafe fn namespace_arg(name_space: *const c_char) -> Result<std::path::PathBuf,
     if name_space.is_null() {
         return Err(codes::INVALID_ARGUMENT);
     }
-    let text = CStr::from_ptr(name_space).to_str().map_err(|_| codes::INVALID_ARGUMENT)?;
+    let text = CStr::from_ptr(name_space)
+        .to_str()
+        .map_err(|_| codes::INVALID_ARGUMENT)?;
     if !limits::valid_namespace(text) {
         return Err(codes::INVALID_ARGUMENT);
     }
@@ -416,7 +420,9 @@ pub extern "C" fn fakeNvmlClaim(index: c_uint, bytes: u64) -> Return {
         let procs = paths.dir.join("procs").join(gpu.to_string());
         if !faults.memory_limits_absent {
             let limits = read_limits(&paths, gpu);
-            if let Some(limit) = caller_dirs(&paths, pid).and_then(|me| limits::limit_for(&limits, &me).cloned()) {
+            if let Some(limit) =
+                caller_dirs(&paths, pid).and_then(|me| limits::limit_for(&limits, &me).cloned())
+            {
                 let claims = crate::claims::read_claims(&procs, &paths.proc_root);
                 let others = namespace_usage(&paths, &limit, &claims, Some(pid));
                 if !limits::fits(&limit, others, bytes) {

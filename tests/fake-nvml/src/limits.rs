@@ -7,7 +7,7 @@
 //! `$FAKE_NVML_DIR/limits/<gpu-index>`, written by the library (as root, the setter's privilege):
 //! one line per namespace, `<soft> <hard> <namespace>`.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Where cgroups are mounted: namespaces are full paths below it.
 pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -30,7 +30,11 @@ pub fn parse_limits(text: &str) -> Vec<Limit> {
             let soft = parts.next()?.parse().ok()?;
             let hard = parts.next()?.parse().ok()?;
             let namespace = PathBuf::from(parts.next()?);
-            namespace.is_absolute().then_some(Limit { namespace, soft, hard })
+            namespace.is_absolute().then_some(Limit {
+                namespace,
+                soft,
+                hard,
+            })
         })
         .collect()
 }
@@ -51,15 +55,17 @@ pub fn apply(limits: &mut Vec<Limit>, new: Limit) {
     limits.sort_by(|a, b| a.namespace.cmp(&b.namespace));
 }
 
-/// Whether a namespace path is one the setter accepts: absolute, no `.`/`..`, no NUL, not `/`.
+/// Whether a namespace path is one the setter accepts: absolute, not `/`, every component a plain
+/// name (no empty, `.` or `..` component), no newline.
 pub fn valid_namespace(namespace: &str) -> bool {
-    let path = Path::new(namespace);
-    path.is_absolute()
-        && path.components().count() > 1
+    let Some(rest) = namespace.strip_prefix('/') else {
+        return false;
+    };
+    !rest.is_empty()
         && !namespace.contains('\n')
-        && path
-            .components()
-            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && rest
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != "..")
 }
 
 /// The cgroup directories a process is in, from its `/proc/PID/cgroup` text, as full paths under
@@ -108,11 +114,32 @@ mod tests {
     fn set_replace_clear_and_round_trip() {
         let mut limits = Vec::new();
         let ns = PathBuf::from("/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_7");
-        apply(&mut limits, Limit { namespace: ns.clone(), soft: 16 * G, hard: 16 * G });
-        apply(&mut limits, Limit { namespace: ns.clone(), soft: 8 * G, hard: 12 * G });
+        apply(
+            &mut limits,
+            Limit {
+                namespace: ns.clone(),
+                soft: 16 * G,
+                hard: 16 * G,
+            },
+        );
+        apply(
+            &mut limits,
+            Limit {
+                namespace: ns.clone(),
+                soft: 8 * G,
+                hard: 12 * G,
+            },
+        );
         assert_eq!(limits.len(), 1);
         assert_eq!(parse_limits(&render_limits(&limits)), limits);
-        apply(&mut limits, Limit { namespace: ns, soft: 0, hard: LIMIT_MAX });
+        apply(
+            &mut limits,
+            Limit {
+                namespace: ns,
+                soft: 0,
+                hard: LIMIT_MAX,
+            },
+        );
         assert!(limits.is_empty());
         assert!(parse_limits("x 1 /a\n1 2 relative\n").is_empty());
     }
@@ -122,23 +149,44 @@ mod tests {
         let root = Path::new("/sys/fs/cgroup");
         let v1 = "12:freezer:/slurm_vm/uid_2001/job_7/step_batch/task_0\n3:memory:/slurm_vm/uid_2001/job_7\n";
         let dirs = cgroup_dirs(v1, root);
-        assert!(dirs.contains(&PathBuf::from("/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_7/step_batch/task_0")));
-        let job = Limit { namespace: "/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_7".into(), soft: 0, hard: 16 * G };
-        let other = Limit { namespace: "/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_8".into(), soft: 0, hard: G };
+        assert!(dirs.contains(&PathBuf::from(
+            "/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_7/step_batch/task_0"
+        )));
+        let job = Limit {
+            namespace: "/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_7".into(),
+            soft: 0,
+            hard: 16 * G,
+        };
+        let other = Limit {
+            namespace: "/sys/fs/cgroup/freezer/slurm_vm/uid_2001/job_8".into(),
+            soft: 0,
+            hard: G,
+        };
         let limits = vec![job.clone(), other];
         assert_eq!(limit_for(&limits, &dirs), Some(&job));
         // job_70 is not below job_7: whole components.
         let dirs70 = cgroup_dirs("12:freezer:/slurm_vm/uid_2001/job_70\n", root);
         assert_eq!(limit_for(&limits, &dirs70), None);
         let v2 = cgroup_dirs("0::/system.slice/slurmstepd.scope/job_7/step_0\n", root);
-        assert!(v2.contains(&PathBuf::from("/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0")));
+        assert!(v2.contains(&PathBuf::from(
+            "/sys/fs/cgroup/system.slice/slurmstepd.scope/job_7/step_0"
+        )));
         assert!(fits(&job, 10 * G, 6 * G) && !fits(&job, 10 * G, 6 * G + 1));
     }
 
     #[test]
     fn namespaces_must_be_plain_absolute_paths() {
         assert!(valid_namespace("/sys/fs/cgroup/job_7"));
-        for bad in ["", "/", "relative/x", "/sys/../etc", "/sys/./x", "/a\nb"] {
+        for bad in [
+            "",
+            "/",
+            "relative/x",
+            "/sys/../etc",
+            "/sys/./x",
+            "/a\nb",
+            "/a//b",
+            "/a/",
+        ] {
             assert!(!valid_namespace(bad), "{bad:?}");
         }
     }

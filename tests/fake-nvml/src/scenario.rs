@@ -549,8 +549,14 @@ mod tests {
                 memory_limits_absent: false,
             }
         );
-        assert!(parse_faults("memory_limits = \"absent\"").unwrap().memory_limits_absent);
-        assert!(parse_faults("memory_limits = \"gone\"").unwrap_err().contains("'present' or 'absent'"));
+        assert!(
+            parse_faults("memory_limits = \"absent\"")
+                .unwrap()
+                .memory_limits_absent
+        );
+        assert!(parse_faults("memory_limits = \"gone\"")
+            .unwrap_err()
+            .contains("'present' or 'absent'"));
         assert_eq!(parse_faults("").unwrap(), Faults::default());
         let once = parse_faults("[transient]\nfunction = \"nvmlInit_v2\"\nerror = \"GPU_IS_LOST\"").unwrap();
         assert_eq!(once.transient.unwrap().times, 1);
