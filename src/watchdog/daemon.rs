@@ -473,44 +473,35 @@ fn set_hard_limit(
     quota: u64,
     report: &mut LogReporter,
 ) -> Option<(Setter, InForce)> {
-    let outcome = match Setter::find(library) {
-        Err(why) => (Outcome::NotOffered(why), None),
-        Ok(setter) => {
-            match attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), std::process::id()) {
-                None => (
-                    Outcome::Failed("the job's cgroup cannot be found from the watchdog's own".into()),
-                    None,
-                ),
-                Some(cgroup) => {
-                    let answers: Vec<Answer> = source
-                        .listed_handles()
-                        .into_iter()
-                        .map(|(gpu, device)| Answer {
-                            gpu,
-                            code: setter.set(device, &cgroup.dir, quota, quota),
-                        })
-                        .collect();
-                    (hard_limit::outcome(&cgroup.dir, quota, &answers), Some(setter))
-                }
-            }
+    let setter = match Setter::find(library) {
+        Ok(setter) => setter,
+        Err(why) => {
+            report.info(&Outcome::NotOffered(why).log_line());
+            return None;
         }
     };
+    let own = std::process::id();
+    let Some(cgroup) = attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), own) else {
+        let why = "the job's cgroup cannot be found from the watchdog's own".to_string();
+        report.info(&Outcome::Failed(why).log_line());
+        return None;
+    };
+    let answers: Vec<Answer> = source
+        .listed_handles()
+        .into_iter()
+        .map(|(gpu, device)| Answer {
+            gpu,
+            code: setter.set(device, &cgroup.dir, quota, quota),
+        })
+        .collect();
+    let outcome = hard_limit::outcome(&cgroup.dir, quota, &answers);
+    report.info(&outcome.log_line());
     match outcome {
-        (Outcome::InForce(in_force), Some(setter)) => {
-            report.info(&Outcome::InForce(in_force.clone()).log_line());
-            Some((setter, in_force))
-        }
-        (other, setter) => {
-            report.info(&other.log_line());
-            // A limit taken by some GPUs and refused by another is taken off again: one path only.
-            if let (Some(setter), Ok(cgroup)) = (
-                setter,
-                attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), std::process::id())
-                    .ok_or(()),
-            ) {
-                for (_, device) in source.listed_handles() {
-                    let _ = setter.set(device, &cgroup.dir, 0, hard_limit::LIMIT_MAX);
-                }
+        Outcome::InForce(in_force) => Some((setter, in_force)),
+        Outcome::NotOffered(_) | Outcome::Failed(_) => {
+            // A limit some GPUs took and another refused is taken off again: one path only.
+            for (_, device) in source.listed_handles() {
+                let _ = setter.set(device, &cgroup.dir, 0, hard_limit::LIMIT_MAX);
             }
             None
         }
