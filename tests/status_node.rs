@@ -112,7 +112,10 @@ Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
     }
     assert_eq!(gpu["state"], "warn");
     assert_eq!(gpu["hard_limit_bytes"].as_u64(), Some(40 * GIB));
-    assert!(jobs[0]["gpus"][1].get("hard_limit_bytes").is_none(), "absent where none is in force");
+    assert!(
+        jobs[0]["gpus"][1].get("hard_limit_bytes").is_none(),
+        "absent where none is in force"
+    );
     // The documented schema's RFC 3339 time (2025-06-01T12:00:00Z) is read as unix seconds.
     assert_eq!(jobs[1]["updated_at"], 1_748_779_200);
     assert_eq!(doc["without_status"], serde_json::json!([103]));
