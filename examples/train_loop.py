@@ -16,6 +16,9 @@ bytes to $FAKE_NVML_DIR/procs/<gpu>/<pid> (gpu = the first entry of CUDA_VISIBLE
 watchdog sees it as this process's GPU memory. Usage per micro-step is FIXED + PER_SAMPLE x micro-batch
 and stays there, as NVML sees a PyTorch process (its caching allocator keeps what it reserved);
 --release-between-steps falls back to FIXED between micro-steps instead: the allocator's saw-tooth.
+--device-limit makes it run out of memory as a real GPU would (full, or under a hard limit): the
+allocation that does not fit fails with a CUDA-style message and exit status 1, which the watchdog's
+self-healing requeues when the run peaked near its quota (--long-from-step brings that on mid-run).
 
     python3 train_loop.py --batch 8x8 --fixed 20G --per-sample 4G --steps 100 --step-seconds 1
 
@@ -145,9 +148,16 @@ def early_warning(status):
 # --- the fake GPU ----------------------------------------------------------------------------------------
 
 class FakeGpu:
-    """This process's GPU memory, as the fake NVML reads it."""
+    """This process's GPU memory, as the fake NVML reads it. With the fake library (--fake-nvml-lib) an
+    allocation goes through its fakeNvmlClaim, which the driver's hard limit can refuse, as cudaMalloc."""
 
-    def __init__(self):
+    def __init__(self, library=None):
+        self.claim = None
+        if library:
+            import ctypes
+            self.claim = ctypes.CDLL(library).fakeNvmlClaim
+            self.claim.argtypes = [ctypes.c_uint, ctypes.c_uint64]
+            self.claim.restype = ctypes.c_int
         root = os.environ.get("FAKE_NVML_DIR", "/var/lib/fake-nvml")
         visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") or "0"
         self.gpu = visible.split(",")[0]
@@ -156,16 +166,46 @@ class FakeGpu:
         self.path = os.path.join(directory, str(os.getpid()))
 
     def use(self, nbytes):
+        """Holds `nbytes` in all; False when the device refused (NVML_ERROR_MEMORY: out of memory)."""
+        if self.claim is not None:
+            code = self.claim(int(self.gpu), int(nbytes))
+            if code == 20:
+                return False
+            if code != 0:
+                raise OSError(f"fakeNvmlClaim answered NVML error {code}")
+            return True
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
             f.write(f"{int(nbytes)}\n")
         os.replace(tmp, self.path)
+        return True
 
     def release(self):
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+
+def out_of_memory(gpu, args, sample_bytes, step, micro):
+    """The device has no room for this micro-batch's activations: hold the samples that fit (a forward pass
+    allocates as it goes), then fail as PyTorch does, with exit status 1."""
+    fits = max(0, (args.device_limit - args.fixed) // sample_bytes) if sample_bytes else micro
+    held = args.fixed + sample_bytes * min(fits, micro)
+    gpu.use(held)
+    time.sleep(args.oom_after)
+    gib = 1 << 30
+    print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {sample_bytes / gib:.2f} GiB. "
+          f"GPU 0 has {(args.device_limit - held) / gib:.2f} GiB free; this process has {held / gib:.2f} GiB "
+          f"in use (step {step}, micro-batch {micro})", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def refused(need, step, micro):
+    """The driver refused the allocation (a hard limit): fail as PyTorch does, with exit status 1."""
+    print(f"torch.OutOfMemoryError: CUDA out of memory. The device refused {need / (1 << 30):.2f} GiB in all "
+          f"(step {step}, micro-batch {micro})", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 
 # --- the loop --------------------------------------------------------------------------------------------
@@ -178,6 +218,21 @@ def main():
     parser.add_argument("--per-sample", type=parse_size, default=parse_size("4G"),
                         help="activation memory per sample of a micro-batch (4G)")
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps to train (100)")
+    parser.add_argument("--long-from-step", type=int, default=None,
+                        help="from this optimizer step on the data has its long sequences: per-sample "
+                             "memory is --long-per-sample (a length curriculum; default: never)")
+    parser.add_argument("--long-per-sample", type=parse_size, default=None,
+                        help="per-sample activation memory from --long-from-step on")
+    parser.add_argument("--device-limit", type=parse_size, default=None,
+                        help="GPU memory the device grants this process (a full GPU, or a hard limit); an "
+                             "allocation past it fails with a CUDA out-of-memory error and the loop exits 1, "
+                             "as PyTorch does. The fake GPU itself refuses nothing (default: no limit)")
+    parser.add_argument("--fake-nvml-lib", default=None,
+                        help="allocate through this fake libnvidia-ml's fakeNvmlClaim, which a hard limit of "
+                             "the job's cgroup can refuse (default: write the claim file directly)")
+    parser.add_argument("--oom-after", type=float, default=0.0,
+                        help="seconds the failing forward pass holds what it got before the allocation that "
+                             "fails (0.0)")
     parser.add_argument("--release-between-steps", action="store_true",
                         help="give activation memory back to the device between micro-steps; by default it "
                              "is kept, as PyTorch's caching allocator does (NVML sees the reserved peak)")
@@ -213,13 +268,21 @@ def main():
     # A requeue or scancel sends SIGTERM: leave through `finally`, so the fake GPU memory is freed.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    gpu = FakeGpu()
+    gpu = FakeGpu(args.fake_nvml_lib)
     applied_warning = None
     try:
         while step < args.steps:
             micro_seconds = args.step_seconds / accum * (CHECKPOINTING_TIME if checkpointing else 1)
+            long = args.long_from_step is not None and step >= args.long_from_step
+            sample_bytes = per_sample
+            if long and args.long_per_sample is not None:
+                sample_bytes = args.long_per_sample * (CHECKPOINTING_MEMORY if checkpointing else 1)
             for _ in range(accum):
-                gpu.use(args.fixed + per_sample * micro)  # forward and backward: activations held
+                need = args.fixed + sample_bytes * micro
+                if args.device_limit is not None and need > args.device_limit:
+                    out_of_memory(gpu, args, sample_bytes, step, micro)
+                if not gpu.use(need):  # forward and backward: activations held
+                    refused(need, step, micro)
                 time.sleep(micro_seconds * 0.7)
                 if args.release_between_steps:
                     gpu.use(args.fixed)  # activations freed back to the device

@@ -115,6 +115,7 @@ fn explain_shows_the_values_and_why() {
         "  action                requeue",
         "  after 3 requeues      requeue-hold",
         "  if not requeueable    cancel",
+        "  failed near OOM       requeued with near-OOM hints (requeue_near_oom)",
         "  if policy is broken   fail-open",
         "For a job with a quota (the same for every job):",
         "  framework caps        PyTorch, JAX, TensorFlow",
@@ -127,6 +128,40 @@ fn explain_shows_the_values_and_why() {
     ] {
         assert!(report.lines().any(|l| l == line), "missing {line:?} in\n{report}");
     }
+    assert!(!report.contains("warning:"), "{report}");
+}
+
+#[test]
+fn explain_warns_when_the_pytorch_memory_fraction_is_on() {
+    let dir = std::env::temp_dir().join(format!("gmq-explain-fraction-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, "[frameworks]\npytorch_memory_fraction = true\n").unwrap();
+    let out = check_config(&[
+        path.to_str().unwrap(),
+        "--explain",
+        "--user",
+        "alice",
+        "--gpu-size",
+        "80G",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.status.code(), Some(0));
+    let report = text(&out.stdout);
+    assert!(
+        report
+            .lines()
+            .any(|l| l == "  framework caps        PyTorch (with memory fraction), JAX, TensorFlow"),
+        "{report}"
+    );
+    let warning = report
+        .lines()
+        .find(|l| l.starts_with("  warning: pytorch_memory_fraction is on"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert!(
+        warning.contains("only from 2.10") && warning.contains("2.9 and older refuse"),
+        "{warning}"
+    );
 }
 
 #[test]

@@ -252,6 +252,8 @@ fn enforcement_settings_good() {
         ("no_requeue_action = \"warn-only\"", |e| {
             e.no_requeue_action == Action::WarnOnly
         }),
+        ("requeue_near_oom = false", |e| !e.requeue_near_oom),
+        ("requeue_near_oom = true", |e| e.requeue_near_oom),
         ("nvml_library = \"/opt/nvidia/lib64/libnvidia-ml.so.1\"", |e| {
             e.nvml_library == Path::new("/opt/nvidia/lib64/libnvidia-ml.so.1")
         }),
@@ -366,6 +368,10 @@ fn enforcement_settings_bad() {
             "no_requeue_action: invalid action 'requeue-hold': expected \"cancel\", \"warn-only\" (this action is for jobs Slurm will not requeue)",
         ),
         (
+            "requeue_near_oom = \"yes\"",
+            "requeue_near_oom: expected true or false, found string \"yes\"",
+        ),
+        (
             "nvml_library = \"libnvidia-ml.so.1\"",
             "nvml_library: 'libnvidia-ml.so.1' is not an absolute path: give one that starts with /",
         ),
@@ -413,7 +419,7 @@ fn structural_errors_name_line_and_key() {
         ),
         (
             "[enforcement]\nintervall = \"2s\"\n",
-            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
+            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `requeue_near_oom`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
         ),
         (
             "[defaults]\nquota = \"40G\"\n",

@@ -50,7 +50,7 @@ gpu_mem_quota_limit_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7
 # TYPE gpu_mem_quota_peak_bytes gauge
 gpu_mem_quota_peak_bytes{job_id="4242",user="alice",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 33285996544
 gpu_mem_quota_peak_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 13958643712
-# HELP gpu_mem_quota_events_total Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held).
+# HELP gpu_mem_quota_events_total Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom).
 # TYPE gpu_mem_quota_events_total counter
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="warn"} 2
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="over_quota"} 1
@@ -58,6 +58,7 @@ gpu_mem_quota_events_total{job_id="4242",user="alice",kind="preempted"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="requeued"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="cancelled"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="held"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",kind="oom"} 0
 "#;
     assert_eq!(render(&two_gpu_job()), want);
 }
@@ -69,7 +70,7 @@ fn odd_user_names_are_escaped() {
     let text = render(&job);
     assert!(text.contains(r#"user="ev\"il\\\nuser""#), "{text}");
     // Every sample stays on one line.
-    assert_eq!(text.lines().count(), 2 * 4 + 2 * 3 + 6);
+    assert_eq!(text.lines().count(), 2 * 4 + 2 * 3 + 7);
 }
 
 /// `promtool check metrics` reads the exposition text on stdin and lints names, types and help.

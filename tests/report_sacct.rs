@@ -206,6 +206,7 @@ fn json_has_every_run_entry_and_total() {
         ("requeued", 2),
         ("cancelled", 0),
         ("held", 0),
+        ("oom", 0),
     ] {
         assert_eq!(events[kind].as_u64(), Some(want), "{kind}");
     }

@@ -44,6 +44,7 @@ fn fake_node(runtime: &Path) {
                 quota_bytes: Some(40 * GIB),
                 total_bytes: Some(80 * GIB),
                 health: Some(JobHealth::Warn),
+                hard_limit_bytes: Some(40 * GIB),
             },
             GpuStatus {
                 index: 1,
@@ -53,6 +54,7 @@ fn fake_node(runtime: &Path) {
                 quota_bytes: Some(40 * GIB),
                 total_bytes: Some(80 * GIB),
                 health: Some(JobHealth::Warn),
+                hard_limit_bytes: None,
             },
         ],
         prediction: None,
@@ -87,6 +89,7 @@ JOBID  STATE       GPU  UUID      USED  QUOTA  PEAK  USED/QUOTA  PEAK/QUOTA  UPD
 101    warn        0    GPU-aaaa  36G   40G    38G   90.0%       95.0%       5s ago
 101    warn        1    GPU-bbbb  10G   40G    12G   25.0%       30.0%       5s ago
 102    over-quota  3    GPU-cccc  20G   20G    20G   100.0%      100.0%      0s ago
+Job 101: the driver's hard limit is in force (GPU 0 at 40G).
 Job 103: no status file (no quota, or its watchdog is starting).
 Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
 ";
@@ -108,6 +111,11 @@ Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
         assert_eq!(gpu[key].as_u64(), Some(want), "{key}");
     }
     assert_eq!(gpu["state"], "warn");
+    assert_eq!(gpu["hard_limit_bytes"].as_u64(), Some(40 * GIB));
+    assert!(
+        jobs[0]["gpus"][1].get("hard_limit_bytes").is_none(),
+        "absent where none is in force"
+    );
     // The documented schema's RFC 3339 time (2025-06-01T12:00:00Z) is read as unix seconds.
     assert_eq!(jobs[1]["updated_at"], 1_748_779_200);
     assert_eq!(doc["without_status"], serde_json::json!([103]));

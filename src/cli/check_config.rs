@@ -429,6 +429,15 @@ fn write_enforcement(out: &mut String, config: &Config, quota: Option<ByteSize>)
             e.escalation.to_string(),
         ),
         ("if not requeueable", e.no_requeue_action.to_string()),
+        (
+            "failed near OOM",
+            if e.requeue_near_oom {
+                "requeued with near-OOM hints (requeue_near_oom)"
+            } else {
+                "left FAILED (requeue_near_oom = false)"
+            }
+            .to_string(),
+        ),
         ("NVML library", e.nvml_library.display().to_string()),
         ("runtime dir", e.runtime_dir.display().to_string()),
         ("state dir", e.state_dir.display().to_string()),
@@ -510,7 +519,16 @@ fn write_job_settings(out: &mut String, config: &Config) {
     for (what, value) in rows {
         let _ = writeln!(out, "  {what:<21} {value}");
     }
+    if f.pytorch && f.pytorch_memory_fraction {
+        let _ = writeln!(out, "  warning: {PYTORCH_FRACTION_WARNING}");
+    }
 }
+
+/// `[frameworks] pytorch_memory_fraction = true` can break jobs: said wherever it is switched on.
+const PYTORCH_FRACTION_WARNING: &str = "pytorch_memory_fraction is on: PYTORCH_ALLOC_CONF and \
+PYTORCH_CUDA_ALLOC_CONF get per_process_memory_fraction, which PyTorch accepts only from 2.10; 2.9 and \
+older refuse the whole setting (an unrecognized allocator option) and the job fails at its first CUDA \
+allocation. Keep it off unless every job runs PyTorch 2.10 or newer.";
 
 /// `[preemption]`: whether it is on, and this job's rank (the first of QOS, partition, account
 /// that `[preemption.ranks]` names, else 0; Slurm's priority breaks ties on the node).

@@ -262,6 +262,9 @@ pub struct Enforcement {
     pub escalation: Action,
     /// For jobs that cannot be requeued (`--no-requeue`, `JobRequeue=0`): `cancel` or `warn-only`.
     pub no_requeue_action: Action,
+    /// Self-healing: a batch job that failed (non-zero exit) after peaking near its quota or the
+    /// GPU's size is requeued with near-OOM hints, within `max_requeues` (`watchdog::heal`).
+    pub requeue_near_oom: bool,
     pub nvml_library: PathBuf,
     /// Node-local files of running jobs (root-owned).
     pub runtime_dir: PathBuf,
@@ -319,6 +322,7 @@ impl Default for Enforcement {
             max_requeues: limits::MAX_REQUEUES,
             escalation: Action::RequeueHold,
             no_requeue_action: Action::Cancel,
+            requeue_near_oom: true,
             nvml_library: PathBuf::from(limits::NVML_LIBRARY),
             runtime_dir: PathBuf::from(limits::RUNTIME_DIR),
             state_dir: PathBuf::from(limits::STATE_DIR),

@@ -203,6 +203,7 @@ impl Checker<'_> {
                 })
             },
         );
+        let requeue_near_oom = self.boolean(&raw.requeue_near_oom, &key("requeue_near_oom"));
         let nvml_library = self.path(&raw.nvml_library, &key("nvml_library"));
         let runtime_dir = self.parsed(
             &raw.runtime_dir,
@@ -231,6 +232,7 @@ impl Checker<'_> {
             max_requeues: max_requeues.unwrap_or(built_in.max_requeues),
             escalation: escalation.unwrap_or(built_in.escalation),
             no_requeue_action: no_requeue_action.unwrap_or(built_in.no_requeue_action),
+            requeue_near_oom: requeue_near_oom.unwrap_or(built_in.requeue_near_oom),
             nvml_library: nvml_library.unwrap_or(built_in.nvml_library),
             runtime_dir: runtime_dir.unwrap_or(built_in.runtime_dir),
             state_dir: state_dir.unwrap_or(built_in.state_dir),

@@ -23,6 +23,10 @@ pub trait Controller {
     fn admin_comment(&mut self) -> Result<AdminComment, ControlError>;
     fn set_admin_comment(&mut self, text: &str) -> Result<(), ControlError>;
     fn perform(&mut self, action: Action) -> Result<(), ControlError>;
+    /// The job's state and how it ended (slurmctld's JSON record); `Ok(None)`: no state printed.
+    fn ending(&mut self) -> Result<Option<slurmctl::JobEnd>, ControlError>;
+    /// Requeues the job after it ended (self-healing: `watchdog::heal`).
+    fn requeue_ended(&mut self) -> Result<(), ControlError>;
 }
 
 /// Why slurmctld did not do what was asked, sorted by what the caller should do next. Each carries

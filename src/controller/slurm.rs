@@ -57,4 +57,12 @@ impl Controller for SlurmController {
         };
         Ok(done?)
     }
+
+    fn ending(&mut self) -> Result<Option<crate::slurmctl::JobEnd>, ControlError> {
+        Ok(self.tools.job_record(self.job_id)?.end)
+    }
+
+    fn requeue_ended(&mut self) -> Result<(), ControlError> {
+        Ok(self.tools.requeue_ended(self.job_id)?)
+    }
 }

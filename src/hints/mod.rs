@@ -11,9 +11,11 @@ pub(crate) mod restart;
 
 pub use framework::{framework_vars, CapInputs};
 pub use previous::previous_run;
-// All but batch_scale are the plugin's: unused without the `spank` feature.
+// All but batch_scale and near_oom are the plugin's: unused without the `spank` feature.
 #[cfg_attr(not(feature = "spank"), allow(unused_imports))]
-pub(crate) use restart::{batch_scale, hint_vars, restart_event, restart_hints, HintInputs, HINT_VARS};
+pub(crate) use restart::{
+    batch_scale, hint_vars, near_oom, restart_event, restart_hints, HintInputs, HINT_VARS,
+};
 
 use std::fmt;
 

@@ -20,7 +20,15 @@ pub fn previous_run(admin_comment: &str) -> Option<PreviousRun> {
         .filter(|e| Some(e.run) == latest)
         .map(|e| e.peak())
         .max();
+    // A requeue to heal a failed near-OOM run is told by the entry that holds the last event.
+    let healed = totals.last_event.is_some_and(|last| {
+        record
+            .entries()
+            .iter()
+            .any(|e| e.facts.last_event == Some(last) && e.facts.events.get(EventKind::Oom) > 0)
+    });
     let requeued_for = match totals.last_event.map(|e| e.kind) {
+        Some(EventKind::Requeued | EventKind::Oom) if healed => Some(LastEvent::NearOom),
         Some(EventKind::Requeued | EventKind::Held) if totals.events.get(EventKind::Preempted) > 0 => {
             Some(LastEvent::Preempted)
         }
@@ -52,6 +60,36 @@ mod tests {
         assert_eq!(previous.restarts, 1);
         assert_eq!(previous.requeued_for, Some(LastEvent::OverQuota));
         assert_eq!(previous.peak, Some(ByteSize::from_bytes(52 * G)));
+    }
+
+    #[test]
+    fn a_run_requeued_to_heal_a_near_oom_failure() {
+        let mut entry = record::Entry::new("node1", 0, ByteSize::from_bytes(16 * G));
+        entry.observe_gpu(0, None, 15 * G);
+        entry.count_event(EventKind::Oom, 10);
+        entry.count_event(EventKind::Requeued, 10);
+        let comment = record::merge("", &entry).admin_comment;
+        let previous = previous_run(&comment).unwrap();
+        assert_eq!(previous.restarts, 1);
+        assert_eq!(previous.requeued_for, Some(LastEvent::NearOom));
+        assert_eq!(previous.peak, Some(ByteSize::from_bytes(15 * G)));
+    }
+
+    #[test]
+    fn an_over_quota_requeue_after_an_earlier_heal_is_over_quota() {
+        let mut first = record::Entry::new("node1", 0, ByteSize::from_bytes(16 * G));
+        first.observe_gpu(0, None, 15 * G);
+        first.count_event(EventKind::Oom, 10);
+        first.count_event(EventKind::Requeued, 10);
+        let comment = record::merge("", &first).admin_comment;
+        let mut second = record::Entry::new("node1", 1, ByteSize::from_bytes(16 * G));
+        second.observe_gpu(0, None, 20 * G);
+        second.count_event(EventKind::OverQuota, 20);
+        second.count_event(EventKind::Requeued, 20);
+        let comment = record::merge(&comment, &second).admin_comment;
+        let previous = previous_run(&comment).unwrap();
+        assert_eq!(previous.restarts, 2);
+        assert_eq!(previous.requeued_for, Some(LastEvent::OverQuota));
     }
 
     #[test]

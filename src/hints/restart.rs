@@ -50,7 +50,8 @@ pub(crate) enum LastEvent {
     OverQuota,
     /// Our watchdog requeued it to free memory for a higher-priority job on a contended GPU.
     Preempted,
-    /// It ended otherwise, but peaked within the near-margin of its quota or of the GPU's size.
+    /// It ended otherwise, but peaked within the near-margin of its quota or of the GPU's size; or
+    /// it failed so and our watchdog requeued it to heal (`[enforcement] requeue_near_oom`).
     NearOom,
 }
 
@@ -83,7 +84,7 @@ impl fmt::Display for LastEvent {
 pub struct PreviousRun {
     /// Our count of GPU-memory requeues so far.
     pub restarts: u32,
-    /// `Some(OverQuota | Preempted)` when our watchdog requeued it for GPU memory.
+    /// `Some(OverQuota | Preempted | NearOom)` when our watchdog requeued it for GPU memory.
     pub(crate) requeued_for: Option<LastEvent>,
     /// Its peak on its busiest GPU, when the record has one.
     pub peak: Option<ByteSize>,
@@ -104,9 +105,16 @@ pub(crate) fn restart_event(
     if let Some(event) = previous.requeued_for {
         return Some(event);
     }
-    let peak = previous.peak?.bytes();
-    let near = |limit: ByteSize| peak >= less_margin(limit.bytes(), near_margin);
-    (near(quota) || near(gpu_total)).then_some(LastEvent::NearOom)
+    let peak = previous.peak?;
+    near_oom(peak, quota, gpu_total, near_margin).then_some(LastEvent::NearOom)
+}
+
+/// Whether a run that peaked at `peak` came near out of memory: within `near_margin` (a fraction,
+/// e.g. 0.05) of its quota or of the GPU's size. The one definition the restart hints and the
+/// watchdog's self-healing (`watchdog::heal`) share.
+pub(crate) fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margin: f64) -> bool {
+    let near = |limit: ByteSize| peak.bytes() >= less_margin(limit.bytes(), near_margin);
+    near(quota) || near(gpu_total)
 }
 
 /// Everything [`restart_hints`] needs, as plain data.

@@ -14,6 +14,10 @@ pub enum EventKind {
     OverQuota,
     /// The job was chosen as the victim on a contended GPU.
     Preempted,
+    /// The job's batch script failed (non-zero exit) after its run peaked near its quota or the
+    /// GPU's memory: requeued for self-healing (`watchdog::heal`). Declared before `Requeued` so that
+    /// of the two, counted in the same second, `Requeued` is the last event.
+    Oom,
     /// We requeued the job (`scontrol requeue`).
     Requeued,
     /// We cancelled the job (`scancel`).
@@ -24,13 +28,14 @@ pub enum EventKind {
 
 impl EventKind {
     /// Every kind, in the order records and metrics list them.
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 7] = [
         EventKind::Warn,
         EventKind::OverQuota,
         EventKind::Preempted,
         EventKind::Requeued,
         EventKind::Cancelled,
         EventKind::Held,
+        EventKind::Oom,
     ];
 
     /// The stable name: lowercase, `[a-z_]` only.
@@ -42,6 +47,7 @@ impl EventKind {
             EventKind::Requeued => "requeued",
             EventKind::Cancelled => "cancelled",
             EventKind::Held => "held",
+            EventKind::Oom => "oom",
         }
     }
 
@@ -123,6 +129,14 @@ mod tests {
             assert!(kind.name().bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
         }
         assert_eq!(EventKind::from_name("Warn"), None);
+    }
+
+    #[test]
+    fn a_requeue_counted_with_its_cause_in_one_second_is_the_last_event() {
+        let at = |kind| LastEvent { at: 5, kind };
+        for cause in [EventKind::OverQuota, EventKind::Preempted, EventKind::Oom] {
+            assert_eq!(at(cause).max(at(EventKind::Requeued)).kind, EventKind::Requeued);
+        }
     }
 
     #[test]

@@ -214,6 +214,23 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
         }
     }
     let mut out = table(&HEADER, &rows);
+    for job in &node.jobs {
+        let limited: Vec<String> = job
+            .gpus
+            .iter()
+            .filter_map(|g| {
+                g.hard_limit_bytes
+                    .map(|b| format!("GPU {} at {}", g.index, human_size(b)))
+            })
+            .collect();
+        if !limited.is_empty() {
+            out.push_str(&format!(
+                "Job {}: the driver's hard limit is in force ({}).\n",
+                job.job_id,
+                limited.join(", ")
+            ));
+        }
+    }
     for job in &node.without_status {
         out.push_str(&format!(
             "Job {job}: no status file (no quota, or its watchdog is starting).\n"

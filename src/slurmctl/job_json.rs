@@ -7,8 +7,10 @@
 //! read below are kept; everything else (a few KiB per job) is skipped while parsing.
 
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::hostlist;
+use super::JobState;
 
 /// What the watchdog and the plugin take from slurmctld's JSON record of one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +29,29 @@ pub struct JobRecord {
     pub(crate) gpus_by_node: Vec<Vec<u32>>,
     /// Per node, how many `gres/shard` the job holds there (0 where it holds none).
     pub(crate) shards_by_node: Vec<u64>,
+    /// Its state and, once it ended, how; `None` where slurmctld printed no `job_state`.
+    pub(crate) end: Option<JobEnd>,
+}
+
+/// The job's state and how it ended, as slurmctld recorded it: all numbers, states and the admin's
+/// node names, none of it written by the user. What self-healing (`watchdog::heal`) decides with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobEnd {
+    pub state: JobState,
+    /// The batch script's exit code (`ExitCode=3:0` → 3); `None` where slurmctld gave none.
+    pub exit_code: Option<u32>,
+    /// The signal that ended the batch script (`ExitCode=0:9` → 9); 0 for none.
+    pub signal: u32,
+    /// The node the batch script ran on (`batch_host`); empty for srun/salloc jobs.
+    pub batch_host: String,
+    /// An sbatch job (`batch_flag`): only these can be requeued.
+    pub batch: bool,
+    /// The job may be requeued (not `--no-requeue`).
+    pub requeue: bool,
+    /// How many times it was requeued (`restart_cnt`): which run ended.
+    pub restarts: u32,
+    /// How many nodes it ran on.
+    pub node_count: u32,
 }
 
 impl JobRecord {
@@ -66,6 +91,18 @@ struct Job {
     nodes: Option<String>,
     #[serde(default)]
     gres_detail: Vec<String>,
+    #[serde(default)]
+    job_state: Option<Value>,
+    #[serde(default)]
+    exit_code: Option<Value>,
+    #[serde(default)]
+    batch_host: Option<String>,
+    #[serde(default)]
+    batch_flag: Option<Value>,
+    #[serde(default)]
+    requeue: Option<Value>,
+    #[serde(default)]
+    restart_cnt: Option<Value>,
 }
 
 /// Job `job_id`'s record from `squeue --json` output. The error says what is missing or malformed.
@@ -93,7 +130,21 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
         .iter()
         .map(|detail| shard_count(detail).map_err(|e| format!("job {job_id}: gres_detail `{detail}`: {e}")))
         .collect::<Result<Vec<_>, _>>()?;
+    let end = job.job_state.as_ref().and_then(state_of).map(|state| {
+        let (exit_code, signal) = job.exit_code.as_ref().map_or((None, 0), exit_of);
+        JobEnd {
+            state,
+            exit_code,
+            signal,
+            batch_host: job.batch_host.clone().unwrap_or_default(),
+            batch: job.batch_flag.as_ref().is_some_and(truthy),
+            requeue: job.requeue.as_ref().is_some_and(truthy),
+            restarts: job.restart_cnt.as_ref().and_then(whole_number).unwrap_or(0),
+            node_count: nodes.len() as u32,
+        }
+    });
     Ok(JobRecord {
+        end,
         job_id,
         admin_comment: job.admin_comment.unwrap_or_default(),
         account: job.account.unwrap_or_default(),
@@ -122,6 +173,60 @@ fn shard_count(detail: &str) -> Result<u64, String> {
         total = total.saturating_add(count);
     }
     Ok(total)
+}
+
+/// `job_state`: `"FAILED"` (22.05), or a list of the base state and its flags (`["FAILED",
+/// "COMPLETING"]`, 23.11 on), where a flag state wins as in `job_state_string`.
+fn state_of(value: &Value) -> Option<JobState> {
+    match value {
+        Value::String(name) => Some(JobState::from_slurm(name)),
+        Value::Array(names) => {
+            let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+            let flag = [
+                "COMPLETING",
+                "CONFIGURING",
+                "STAGE_OUT",
+                "REQUEUED",
+                "RESIZING",
+                "SIGNALING",
+            ]
+            .into_iter()
+            .find(|flag| names.contains(flag));
+            flag.or(names.first().copied()).map(JobState::from_slurm)
+        }
+        _ => None,
+    }
+}
+
+/// `exit_code`: the wait status as a number (22.05: 768 = exit 3, 9 = killed by signal 9), or an
+/// object with `return_code` and `signal` (23.11 on). `(None, 0)` where it is neither.
+fn exit_of(value: &Value) -> (Option<u32>, u32) {
+    let number = |v: Option<&Value>| -> Option<u64> {
+        let v = v?;
+        v.as_u64().or_else(|| v.get("number").and_then(Value::as_u64))
+    };
+    if let Some(status) = value.as_u64() {
+        let status = status as u32;
+        return (Some((status >> 8) & 0xff), status & 0x7f);
+    }
+    let code = number(value.get("return_code")).map(|c| c as u32);
+    let signal = number(value.get("signal").and_then(|s| s.get("id").or(Some(s)))).unwrap_or(0);
+    (code, signal as u32)
+}
+
+/// A count printed as a number, or as `{"number": N}` (23.11 on).
+fn whole_number(value: &Value) -> Option<u32> {
+    let n = value
+        .as_u64()
+        .or_else(|| value.get("number").and_then(Value::as_u64))?;
+    u32::try_from(n).ok()
+}
+
+/// A JSON boolean, or a number (non-zero is true), as `batch_flag` and `requeue` are printed.
+fn truthy(value: &Value) -> bool {
+    value
+        .as_bool()
+        .unwrap_or_else(|| value.as_u64().is_some_and(|n| n > 0))
 }
 
 /// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
@@ -280,6 +385,47 @@ mod tests {
         let output = include_str!("../../tests/fixtures/slurm-24.11/squeue-json-shard.json");
         let job = parse_squeue_json(output, 500026).unwrap();
         assert_eq!(job.gpus_on("vm"), Some(&[1][..]));
+    }
+
+    /// A batch job that ended `exit 3`, as the dev cluster's squeue --json (22.05.8) printed it
+    /// within MinJobAge (trimmed); and the same in 23.11's shape.
+    const FAILED_2205: &str = r#"{"jobs":[{"job_id":1,"user_id":2001,"job_state":"FAILED","nodes":"vm",
+      "exit_code":768,"batch_host":"vm","batch_flag":true,"requeue":true,"restart_cnt":0,
+      "derived_exit_code":0,"state_reason":"NonZeroExitCode","comment":"exit_code 0"}]}"#;
+    const FAILED_2311: &str = r#"{"jobs":[{"job_id":1,"user_id":2001,"job_state":["FAILED"],
+      "exit_code":{"status":["EXITED"],"return_code":{"set":true,"infinite":false,"number":3},
+      "signal":{"id":{"set":false,"infinite":false,"number":0},"name":""}},
+      "batch_host":"vm","batch_flag":true,"requeue":true,"nodes":"vm",
+      "restart_cnt":0}]}"#;
+
+    #[test]
+    fn how_a_job_ended() {
+        let want = JobEnd {
+            state: JobState::Failed,
+            exit_code: Some(3),
+            signal: 0,
+            batch_host: "vm".into(),
+            batch: true,
+            requeue: true,
+            restarts: 0,
+            node_count: 1,
+        };
+        assert_eq!(parse_squeue_json(FAILED_2205, 1).unwrap().end, Some(want.clone()));
+        assert_eq!(parse_squeue_json(FAILED_2311, 1).unwrap().end, Some(want));
+        // Killed by a signal: the low bits of the wait status.
+        let killed = FAILED_2205.replace("768", "9");
+        let end = parse_squeue_json(&killed, 1).unwrap().end.unwrap();
+        assert_eq!((end.exit_code, end.signal), (Some(0), 9));
+        let completing = FAILED_2311.replace(r#"["FAILED"]"#, r#"["FAILED","COMPLETING"]"#);
+        let end = parse_squeue_json(&completing, 1).unwrap().end.unwrap();
+        assert_eq!(end.state, JobState::Completing);
+        // No state printed: nothing to tell; the running job of TWO_JOBS has no exit code yet.
+        assert_eq!(parse_squeue_json(TWO_JOBS, 1).unwrap().end, None);
+        let running = parse_squeue_json(TWO_JOBS, 12).unwrap().end.unwrap();
+        assert_eq!(
+            (running.state, running.exit_code, running.batch),
+            (JobState::Running, None, false)
+        );
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
 pub(crate) use job_info::JobInfo;
 pub use job_info::{parse_squeue, JobState, SQUEUE_FORMAT};
+pub use job_json::JobEnd;
 pub(crate) use job_json::JobRecord;
 pub use run::SAFE_PATH;
 pub use tools::{Backoff, SlurmTools};

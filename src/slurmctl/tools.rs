@@ -185,6 +185,14 @@ impl SlurmTools {
         self.call(&self.scontrol, &args).map(drop)
     }
 
+    /// `scontrol requeue ID`, without `Incomplete`: Slurm requeues a batch job that has ended (in
+    /// 22.05, `Incomplete` makes this a silent no-op for a FAILED job). Only for self-healing, after
+    /// slurmctld said the job FAILED; one that is pending again is refused (JobPending).
+    pub fn requeue_ended(&self, job_id: u32) -> Result<(), CtlError> {
+        let args = words(&["requeue", &job_id.to_string()]);
+        self.call(&self.scontrol, &args).map(drop)
+    }
+
     /// `scontrol requeuehold Incomplete ID`: as [`SlurmTools::requeue`], and held (priority 0)
     /// until someone runs `scontrol release ID`.
     pub fn requeue_hold(&self, job_id: u32) -> Result<(), CtlError> {

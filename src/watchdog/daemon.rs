@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use super::contend::{Contender, JobFacts};
 use super::control::ProcAttributor;
 use super::gpu::{GpuSource, NvmlSource, Recording};
+use super::hard_limit::{self, Answer, InForce, Outcome, Setter};
+use super::heal::{self, HealPolicy};
 use super::log::Log;
 use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
@@ -178,6 +180,7 @@ pub(crate) fn run(params: Params) -> ExitCode {
         Err(code) => return code,
     };
     daemon.watch();
+    daemon.heal();
     daemon.leave();
     ExitCode::SUCCESS
 }
@@ -189,6 +192,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 struct Daemon {
     params: Params,
     settings: config::Enforcement,
+    /// `[hints] near_margin`: what near out of memory means, for self-healing.
+    near_margin: f64,
     /// The job's runtime directory (status, record, pid and lock files).
     dir: PathBuf,
     /// Held while the watchdog runs: a second watchdog for the job exits at once.
@@ -203,6 +208,8 @@ struct Daemon {
     attributor: ProcAttributor,
     /// `None`: preemption is off, or this job takes no part in it.
     contender: Option<Contender>,
+    /// The driver's hard limit set for the job's cgroup, cleared on the way out.
+    hard_limit: Option<(Setter, InForce)>,
 }
 
 impl Daemon {
@@ -250,6 +257,13 @@ impl Daemon {
         };
         let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
             .with_prediction(policy.prediction.clone());
+        let hard_limit = match (&source, quota) {
+            (Some(source), Some(quota)) => {
+                set_hard_limit(&settings.nvml_library, source, quota.bytes(), &mut reporter)
+            }
+            _ => None,
+        };
+        watchdog.set_hard_limit(hard_limit.as_ref().map(|(_, f)| f.clone()));
         if let Ok(job) = &job {
             watchdog.set_run(job.restarts);
             watchdog.set_node_count(job.node_count);
@@ -287,6 +301,7 @@ impl Daemon {
         Ok(Daemon {
             params,
             settings,
+            near_margin: policy.hints.near_margin,
             dir,
             _lock: lock,
             user,
@@ -297,6 +312,7 @@ impl Daemon {
             watchdog,
             attributor,
             contender,
+            hard_limit,
         })
     }
 
@@ -372,6 +388,24 @@ impl Daemon {
         self.gpus = Some(gpus);
     }
 
+    /// The run ended here: requeue a batch job that failed near out of memory (`super::heal`).
+    fn heal(&mut self) {
+        let policy = HealPolicy {
+            enabled: self.settings.requeue_near_oom,
+            max_requeues: self.settings.max_requeues,
+            near_margin: self.near_margin,
+        };
+        // A plain sleep: the stop signal that ended the watch is what this waits past.
+        let mut wait = |pause: Duration| std::thread::sleep(pause);
+        heal::after_run(
+            &mut self.watchdog,
+            &policy,
+            &mut self.control,
+            &mut self.reporter,
+            &mut wait,
+        );
+    }
+
     /// Keeps the record (in the AdminComment, and in the job's runtime directory for the plugin's
     /// final write) and the metrics current.
     fn record(&mut self, last_record: &mut Option<String>) {
@@ -407,12 +441,75 @@ impl Daemon {
             }
         ));
         self.metrics.remove(&mut self.reporter);
+        self.clear_hard_limit();
         if let Some(contender) = &self.contender {
             contender.leave();
         }
         if let Err(e) = runtime::remove_job_dir(&self.settings.runtime_dir, self.params.job_id) {
             self.reporter
                 .error(&format!("cannot remove {}: {e}", self.dir.display()));
+        }
+    }
+}
+
+impl Daemon {
+    /// Takes the hard limit off the job's cgroup (where its run ended and the cgroup may be reused
+    /// by the next run of the job, or where a v1 cgroup outlives its job).
+    fn clear_hard_limit(&mut self) {
+        let (Some((setter, in_force)), Some(gpus)) = (self.hard_limit.take(), self.gpus.as_ref()) else {
+            return;
+        };
+        for (gpu, device) in gpus.listed_handles() {
+            let code = setter.set(device, &in_force.namespace, 0, hard_limit::LIMIT_MAX);
+            if code != 0 {
+                self.reporter.warning(&format!(
+                    "cannot clear the hard limit on GPU {gpu} (NVML error {code}); it goes with the cgroup"
+                ));
+            }
+        }
+    }
+}
+
+/// Sets the driver's hard limit (the quota) for the job's cgroup on each of its GPUs, where the
+/// driver offers it (`super::hard_limit`), and logs which path is in force. The job's cgroup is
+/// the watchdog's own (the plugin starts it inside the job's cgroup; the kernel says which).
+fn set_hard_limit(
+    library: &Path,
+    source: &NvmlSource,
+    quota: u64,
+    report: &mut LogReporter,
+) -> Option<(Setter, InForce)> {
+    let setter = match Setter::find(library) {
+        Ok(setter) => setter,
+        Err(why) => {
+            report.info(&Outcome::NotOffered(why).log_line());
+            return None;
+        }
+    };
+    let own = std::process::id();
+    let Some(cgroup) = attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), own) else {
+        let why = "the job's cgroup cannot be found from the watchdog's own".to_string();
+        report.info(&Outcome::Failed(why).log_line());
+        return None;
+    };
+    let answers: Vec<Answer> = source
+        .listed_handles()
+        .into_iter()
+        .map(|(gpu, device)| Answer {
+            gpu,
+            code: setter.set(device, &cgroup.dir, quota, quota),
+        })
+        .collect();
+    let outcome = hard_limit::outcome(&cgroup.dir, quota, &answers);
+    report.info(&outcome.log_line());
+    match outcome {
+        Outcome::InForce(in_force) => Some((setter, in_force)),
+        Outcome::NotOffered(_) | Outcome::Failed(_) => {
+            // A limit some GPUs took and another refused is taken off again: one path only.
+            for (_, device) in source.listed_handles() {
+                let _ = setter.set(device, &cgroup.dir, 0, hard_limit::LIMIT_MAX);
+            }
+            None
         }
     }
 }

@@ -205,6 +205,20 @@ impl NvmlSource {
             .collect()
     }
 
+    /// The job's GPUs (those Slurm listed) as `(index, nvmlDevice_t)`, for calls nvml-wrapper has no
+    /// binding for (`super::hard_limit`). The handles are valid while this source lives.
+    pub(crate) fn listed_handles(&self) -> Vec<(u32, *mut std::ffi::c_void)> {
+        self.gpus
+            .iter()
+            .filter(|g| g.listed)
+            .filter_map(|g| {
+                let device = self.nvml.device_by_index(g.nvml_index).ok()?;
+                // SAFETY: the raw handle is only passed back to the same NVML library.
+                Some((g.index, unsafe { device.handle() }.cast::<std::ffi::c_void>()))
+            })
+            .collect()
+    }
+
     /// The node's GPUs as `(index, uuid, total bytes)`, for the inventory file the plugin reads.
     pub fn inventory(&self) -> Vec<(u32, String, u64)> {
         self.gpus

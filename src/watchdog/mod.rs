@@ -13,6 +13,8 @@ pub(crate) mod contend;
 pub mod control;
 pub(crate) mod daemon;
 pub mod gpu;
+pub mod hard_limit;
+pub mod heal;
 pub mod ladder;
 pub mod leftovers;
 pub(crate) mod log;
@@ -30,7 +32,7 @@ use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
 use ladder::{JobFacts, Ladder, Step};
-use shared_record::{count_action, record_first, Recorded};
+use shared_record::{count_action, record_first, requeues_caused, Recorded};
 
 /// Which processes are the job's. `None`: the process is gone.
 pub trait Attributor {
@@ -105,6 +107,8 @@ pub struct Watchdog {
     record_written: Option<(Instant, u64)>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
+    /// The driver's hard limit set for the job's cgroup, where one is in force.
+    hard_limit: Option<hard_limit::InForce>,
 }
 
 fn unix_now() -> u64 {
@@ -140,7 +144,13 @@ impl Watchdog {
             record_shared: false,
             record_written: None,
             record_failure_logged: false,
+            hard_limit: None,
         }
+    }
+
+    /// The driver's hard limit is in force for the job (shown in the status file).
+    pub fn set_hard_limit(&mut self, in_force: Option<hard_limit::InForce>) {
+        self.hard_limit = in_force;
     }
 
     /// The signal to send to the job's processes now (a new prediction fired), if any.
@@ -450,12 +460,7 @@ impl Watchdog {
             cause: e,
         })?;
         let requeues_by_us = match &comment {
-            AdminComment::Read(_) => comment.record().map_or(0, |r| {
-                let events = r.totals().events;
-                events
-                    .get(EventKind::Requeued)
-                    .saturating_add(events.get(EventKind::Held))
-            }),
+            AdminComment::Read(_) => requeues_caused(&comment).unwrap_or(0),
             // Unknown history must not buy the job more requeues: count every restart as ours.
             AdminComment::Unreadable(why) => {
                 report.warning(&format!(
@@ -544,6 +549,11 @@ impl Watchdog {
                     quota_bytes: quota,
                     total_bytes: Some(u.total),
                     health: Some(gpu_health(index, u.used)),
+                    hard_limit_bytes: self
+                        .hard_limit
+                        .as_ref()
+                        .filter(|h| h.gpus.contains(&index))
+                        .map(|h| h.bytes),
                 })
                 .collect(),
         }

@@ -25,6 +25,20 @@ pub(crate) fn count_action(entry: &mut record::Entry, cause: EventKind, action: 
     }
 }
 
+/// The requeues (and holds) for GPU memory the job's record counts: what `max_requeues` bounds.
+/// `None`: the AdminComment cannot be read, so the job's history is unknown.
+pub(crate) fn requeues_caused(comment: &AdminComment) -> Option<u32> {
+    let AdminComment::Read(_) = comment else {
+        return None;
+    };
+    Some(comment.record().map_or(0, |r| {
+        let events = r.totals().events;
+        events
+            .get(EventKind::Requeued)
+            .saturating_add(events.get(EventKind::Held))
+    }))
+}
+
 fn event_of(action: Action) -> EventKind {
     match action {
         Action::Requeue => EventKind::Requeued,

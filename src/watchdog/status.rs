@@ -51,6 +51,10 @@ pub struct GpuStatus {
     pub total_bytes: Option<u64>,
     #[serde(rename = "state", default)]
     pub health: Option<JobHealth>,
+    /// The driver's hard limit on this GPU for the job's cgroup (`nvmlDeviceSetMemoryLimits_v1`),
+    /// when one is in force: an allocation past it fails at once. Absent: the watchdog alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hard_limit_bytes: Option<u64>,
 }
 
 /// The soonest predicted crossing of the quota.
@@ -187,6 +191,7 @@ mod tests {
                 quota_bytes: Some(40),
                 total_bytes: Some(80),
                 health: Some(JobHealth::Warn),
+                hard_limit_bytes: None,
             }],
             prediction: Some(PredictionStatus {
                 gpu_index: 0,

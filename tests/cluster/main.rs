@@ -2,6 +2,8 @@
 //! Every job is submitted by the ordinary test user with the real sbatch, srun and salloc.
 
 mod abi;
+mod hard_limit;
+mod heal;
 mod hints;
 mod plugin;
 mod policy;

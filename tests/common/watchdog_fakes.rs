@@ -23,6 +23,8 @@ pub struct FakeSlurm {
     pub fail_comment_writes: u32,
     /// Writes that another node's write replaces right after (a lost read-merge-write race).
     pub lost_comment_writes: u32,
+    /// What `ending` answers, one per call (the last one stays); empty: no state printed.
+    pub endings: Vec<slurmctl::JobEnd>,
     pub calls: Vec<String>,
 }
 
@@ -74,6 +76,18 @@ impl Controller for FakeSlurm {
 
     fn perform(&mut self, action: Action) -> Result<(), ControlError> {
         self.calls.push(action.name().to_string());
+        Ok(())
+    }
+
+    fn ending(&mut self) -> Result<Option<slurmctl::JobEnd>, ControlError> {
+        if self.endings.len() > 1 {
+            return Ok(Some(self.endings.remove(0)));
+        }
+        Ok(self.endings.first().cloned())
+    }
+
+    fn requeue_ended(&mut self) -> Result<(), ControlError> {
+        self.calls.push("requeue-ended".into());
         Ok(())
     }
 }

@@ -10,11 +10,13 @@ pub const SUCCESS: Return = 0;
 pub const UNINITIALIZED: Return = 1;
 pub const INVALID_ARGUMENT: Return = 2;
 pub const NOT_SUPPORTED: Return = 3;
+pub const NO_PERMISSION: Return = 4;
 pub const NOT_FOUND: Return = 6;
 pub const INSUFFICIENT_SIZE: Return = 7;
 pub const DRIVER_NOT_LOADED: Return = 9;
 pub const FUNCTION_NOT_FOUND: Return = 13;
 pub const GPU_IS_LOST: Return = 15;
+pub const MEMORY: Return = 20;
 pub const ARGUMENT_VERSION_MISMATCH: Return = 25;
 pub const UNKNOWN: Return = 999;
 

@@ -8,10 +8,11 @@ use std::ffi::{c_char, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::call::{self, Call, Target};
-use crate::claims::Kind;
+use crate::claims::{Claim, Kind};
 use crate::codes::{self, Return};
 use crate::growth;
 use crate::handle::Handle;
+use crate::limits;
 use crate::model::{claims_of, list_reply, memory_info, phantom_rows, process_rows, ListReply, MemoryV2};
 use crate::scenario::{Mig, MAX_MIG_DEVICES};
 
@@ -253,9 +254,187 @@ export! {
 fn memory_of(call: &Call, target: &Target<'_>) -> MemoryV2 {
     let claims = call.claims(target.handle.gpu);
     match target.mig {
-        None => memory_info(&target.gpu.memory, claims.iter()),
+        None => capped_for_caller(call, target.handle.gpu, &claims)
+            .unwrap_or_else(|| memory_info(&target.gpu.memory, claims.iter())),
         Some(mig) => memory_info(&mig.memory, claims_of(&claims, target.handle.mig)),
     }
+}
+
+/// Inside a namespace with a hard limit, the GPU reads as that limit (as `cuMemGetInfo` does under
+/// MPS v3 partitioning): total = hard, used = what the namespace's processes hold. Only for callers
+/// that are not root: the watchdog (root) sees the whole GPU wherever it runs.
+fn capped_for_caller(call: &Call, gpu: usize, claims: &[Claim]) -> Option<MemoryV2> {
+    if call.faults.memory_limits_absent || unsafe { libc::geteuid() } == 0 {
+        return None;
+    }
+    let limits = read_limits(&call.paths, gpu);
+    let me = caller_dirs(&call.paths, std::process::id())?;
+    let limit = limits::limit_for(&limits, &me)?;
+    let used = namespace_usage(&call.paths, limit, claims, None).min(limit.hard);
+    Some(MemoryV2 {
+        total: limit.hard,
+        reserved: 0,
+        free: limit.hard - used,
+        used,
+    })
+}
+
+fn limits_dir(paths: &call::Paths) -> std::path::PathBuf {
+    paths.dir.join("limits")
+}
+
+fn read_limits(paths: &call::Paths, gpu: usize) -> Vec<limits::Limit> {
+    std::fs::read_to_string(limits_dir(paths).join(gpu.to_string()))
+        .map(|text| limits::parse_limits(&text))
+        .unwrap_or_default()
+}
+
+/// The cgroup directories of process `pid`, from `<proc>/<pid>/cgroup`.
+fn caller_dirs(paths: &call::Paths, pid: u32) -> Option<Vec<std::path::PathBuf>> {
+    let text = std::fs::read_to_string(paths.proc_root.join(pid.to_string()).join("cgroup")).ok()?;
+    Some(limits::cgroup_dirs(
+        &text,
+        std::path::Path::new(limits::CGROUP_ROOT),
+    ))
+}
+
+/// What the processes in `limit`'s namespace hold on the GPU, `except` one of them.
+fn namespace_usage(paths: &call::Paths, limit: &limits::Limit, claims: &[Claim], except: Option<u32>) -> u64 {
+    claims
+        .iter()
+        .filter(|c| Some(c.pid) != except)
+        .filter(|c| {
+            caller_dirs(paths, c.pid).is_some_and(|dirs| dirs.iter().any(|d| d.starts_with(&limit.namespace)))
+        })
+        .map(Claim::counted_bytes)
+        .sum()
+}
+
+/// `nvmlSetMemoryLimits_v1_t` (nvml.h, CUDA 13.4): no version field; versioned by the function name.
+#[repr(C)]
+pub struct SetMemoryLimitsIn {
+    pub name_space: *const c_char,
+    pub soft_limit: u64,
+    pub hard_limit: u64,
+}
+
+/// `nvmlGetMemoryLimits_v1_t`.
+#[repr(C)]
+pub struct GetMemoryLimitsOut {
+    pub name_space: *const c_char,
+    pub soft_limit: u64,
+    pub hard_limit: u64,
+    pub current_used: u64,
+}
+
+unsafe fn namespace_arg(name_space: *const c_char) -> Result<std::path::PathBuf, Return> {
+    if name_space.is_null() {
+        return Err(codes::INVALID_ARGUMENT);
+    }
+    let text = CStr::from_ptr(name_space)
+        .to_str()
+        .map_err(|_| codes::INVALID_ARGUMENT)?;
+    if !limits::valid_namespace(text) {
+        return Err(codes::INVALID_ARGUMENT);
+    }
+    Ok(std::path::PathBuf::from(text))
+}
+
+export! {
+    /// Sets (soft 0 and hard NVML_DEVICE_MEMORY_LIMIT_MAX: clears) the limits of one cgroup on a
+    /// whole GPU. Root only (NO_PERMISSION otherwise), as the real setter.
+    fn nvmlDeviceSetMemoryLimits_v1(device: Device, limits: *const SetMemoryLimitsIn) as function {
+        let call = Call::begin(function)?;
+        if call.faults.memory_limits_absent {
+            return Err(codes::FUNCTION_NOT_FOUND);
+        }
+        let target = call.target(device)?;
+        whole_gpu_only(&target)?;
+        let wanted = limits.as_ref().ok_or(codes::INVALID_ARGUMENT)?;
+        let namespace = namespace_arg(wanted.name_space)?;
+        if wanted.soft_limit > wanted.hard_limit {
+            return Err(codes::INVALID_ARGUMENT);
+        }
+        if libc::geteuid() != 0 {
+            return Err(codes::NO_PERMISSION);
+        }
+        let mut current = read_limits(&call.paths, target.handle.gpu);
+        limits::apply(
+            &mut current,
+            limits::Limit { namespace, soft: wanted.soft_limit, hard: wanted.hard_limit },
+        );
+        write_limits(&call.paths, target.handle.gpu, &limits::render_limits(&current))
+    }
+}
+
+export! {
+    /// The limits of one cgroup on a whole GPU (none: soft 0, hard MAX) and what it holds there.
+    fn nvmlDeviceGetMemoryLimits_v1(device: Device, limits: *mut GetMemoryLimitsOut) as function {
+        let call = Call::begin(function)?;
+        if call.faults.memory_limits_absent {
+            return Err(codes::FUNCTION_NOT_FOUND);
+        }
+        let target = call.target(device)?;
+        whole_gpu_only(&target)?;
+        let out = out(limits)?;
+        let namespace = namespace_arg(out.name_space)?;
+        let found = read_limits(&call.paths, target.handle.gpu)
+            .into_iter()
+            .find(|l| l.namespace == namespace)
+            .unwrap_or(limits::Limit { namespace, soft: 0, hard: limits::LIMIT_MAX });
+        let claims = call.claims(target.handle.gpu);
+        out.soft_limit = found.soft;
+        out.hard_limit = found.hard;
+        out.current_used = namespace_usage(&call.paths, &found, &claims, None);
+        Ok(())
+    }
+}
+
+/// Root's file in the scenario directory, replaced whole (write aside, rename).
+fn write_limits(paths: &call::Paths, gpu: usize, text: &str) -> Result<(), Return> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = limits_dir(paths);
+    let _ = std::fs::DirBuilder::new().mode(0o755).create(&dir);
+    let path = dir.join(gpu.to_string());
+    let tmp = dir.join(format!(".{gpu}.{}", std::process::id()));
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|_| codes::UNKNOWN)
+}
+
+/// Not NVML: the fake's `cudaMalloc`. The calling process asks to hold `bytes` on GPU `index` in
+/// all (what its claim file says afterwards). Under a hard limit of its cgroup (set by
+/// `nvmlDeviceSetMemoryLimits_v1`) a claim that would take the namespace past it is refused with
+/// NVML_ERROR_MEMORY and changes nothing, for this process alone; otherwise the claim file
+/// `procs/<index>/<pid>` is written (aside, then renamed). Needs no nvmlInit.
+#[no_mangle]
+pub extern "C" fn fakeNvmlClaim(index: c_uint, bytes: u64) -> Return {
+    guard(|| {
+        let paths = call::Paths::from_env();
+        let faults = std::fs::read_to_string(paths.dir.join("faults.toml"))
+            .ok()
+            .and_then(|text| crate::scenario::parse_faults(&text).ok())
+            .unwrap_or_default();
+        let gpu = index as usize;
+        let pid = std::process::id();
+        let procs = paths.dir.join("procs").join(gpu.to_string());
+        if !faults.memory_limits_absent {
+            let limits = read_limits(&paths, gpu);
+            if let Some(limit) =
+                caller_dirs(&paths, pid).and_then(|me| limits::limit_for(&limits, &me).cloned())
+            {
+                let claims = crate::claims::read_claims(&procs, &paths.proc_root);
+                let others = namespace_usage(&paths, &limit, &claims, Some(pid));
+                if !limits::fits(&limit, others, bytes) {
+                    return Err(codes::MEMORY);
+                }
+            }
+        }
+        let tmp = procs.join(format!("{pid}.claim"));
+        std::fs::write(&tmp, format!("{bytes}\n"))
+            .and_then(|()| std::fs::rename(&tmp, procs.join(pid.to_string())))
+            .map_err(|_| codes::UNKNOWN)
+    })
 }
 
 export! {

@@ -15,6 +15,7 @@ pub mod codes;
 mod exports;
 mod growth;
 pub mod handle;
+pub mod limits;
 pub mod model;
 pub mod scenario;
 pub mod size;

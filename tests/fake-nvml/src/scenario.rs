@@ -20,6 +20,8 @@ pub const MAX_GROWTH: u32 = 1000;
 pub const FAULTABLE_FUNCTIONS: &[&str] = &[
     "nvmlInit_v2",
     "nvmlInitWithFlags",
+    "nvmlDeviceSetMemoryLimits_v1",
+    "nvmlDeviceGetMemoryLimits_v1",
     "nvmlSystemGetDriverVersion",
     "nvmlSystemGetNVMLVersion",
     "nvmlDeviceGetCount_v2",
@@ -119,6 +121,9 @@ pub struct Faults {
     pub procs_grow_between_calls: u32,
     /// Like drivers older than R510: nvmlDeviceGetMemoryInfo_v2 answers FUNCTION_NOT_FOUND.
     pub memory_info_v1_only: bool,
+    /// Like drivers older than r615 (no MPS v3 memory partitioning): the memory-limit functions
+    /// answer FUNCTION_NOT_FOUND and `fakeNvmlClaim` enforces nothing.
+    pub memory_limits_absent: bool,
 }
 
 /// The next `times` calls of `function` fail with `error` (counted in `faults.state`).
@@ -182,6 +187,7 @@ struct FaultsFile {
     #[serde(default)]
     procs_grow_between_calls: u32,
     memory_info_version: Option<String>,
+    memory_limits: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -372,11 +378,21 @@ pub fn parse_faults(text: &str) -> Result<Faults, String> {
             ))
         }
     };
+    let memory_limits_absent = match file.memory_limits.as_deref() {
+        None | Some("present") => false,
+        Some("absent") => true,
+        Some(other) => {
+            return Err(format!(
+                "memory_limits = '{other}', expected 'present' or 'absent'"
+            ))
+        }
+    };
     Ok(Faults {
         init,
         transient,
         procs_grow_between_calls: file.procs_grow_between_calls,
         memory_info_v1_only,
+        memory_limits_absent,
     })
 }
 
@@ -530,8 +546,17 @@ mod tests {
                 }),
                 procs_grow_between_calls: 8,
                 memory_info_v1_only: true,
+                memory_limits_absent: false,
             }
         );
+        assert!(
+            parse_faults("memory_limits = \"absent\"")
+                .unwrap()
+                .memory_limits_absent
+        );
+        assert!(parse_faults("memory_limits = \"gone\"")
+            .unwrap_err()
+            .contains("'present' or 'absent'"));
         assert_eq!(parse_faults("").unwrap(), Faults::default());
         let once = parse_faults("[transient]\nfunction = \"nvmlInit_v2\"\nerror = \"GPU_IS_LOST\"").unwrap();
         assert_eq!(once.transient.unwrap().times, 1);
