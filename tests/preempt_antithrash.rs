@@ -83,6 +83,7 @@ fn simulate(settings: &PreemptSettings, seconds: u64) -> (Vec<Preempted>, Vec<(u
             used: jobs.iter().map(|j| j.used).sum(),
             seconds_to_full: None,
             jobs,
+            arriving: Vec::new(),
         };
         let decision = decide(&snapshot, settings, &cooldown, now);
         if let Decision::Preempt { victim, .. } = decision {

@@ -43,6 +43,7 @@ fn gpu(other_gib: u64, jobs: Vec<JobOnGpu>) -> GpuSnapshot {
         used: other_gib * G + jobs.iter().map(|j| j.used).sum::<u64>(),
         seconds_to_full: None,
         jobs,
+        arriving: Vec::new(),
     }
 }
 
@@ -468,6 +469,35 @@ fn none_while_the_gpu_cools_down() {
             .victim()
             .map(|v| v.job_id),
         Some(10)
+    );
+}
+
+/// The 22.05 shard bug's case (docs/SCHEDULING.md): a whole-GPU job started beside a shard job,
+/// and the GPU is contended before the new job's watchdog registered. Choosing from the registered
+/// jobs alone would requeue the shard job, within its quota; the order waits for the newcomer.
+#[test]
+fn none_while_a_job_on_the_gpu_has_not_registered() {
+    let mut snapshot = gpu(40, vec![job(1, 38)]);
+    snapshot.arriving = vec![2];
+    match decide(&snapshot, &settings(), &GpuCooldown::default(), NOW) {
+        Decision::Waiting { arriving, .. } => assert_eq!(arriving, vec![2]),
+        other => panic!("expected to wait for job 2, got {other:?}"),
+    }
+    // Calm stays calm, whoever is arriving.
+    let mut calm = gpu(0, vec![job(1, 30)]);
+    calm.arriving = vec![2];
+    assert_eq!(
+        decide(&calm, &settings(), &GpuCooldown::default(), NOW),
+        Decision::Calm
+    );
+    // Once it is listed (registered, and over its quota), it is the victim.
+    let mut registered = gpu(0, vec![job(1, 38), job(2, 41)]);
+    registered.arriving.clear();
+    assert_eq!(
+        decide(&registered, &settings(), &GpuCooldown::default(), NOW)
+            .victim()
+            .map(|v| v.job_id),
+        Some(2)
     );
 }
 

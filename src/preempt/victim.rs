@@ -11,7 +11,10 @@
 //! 4. ties: the newest start first (it has lost the least work), then the highest job id.
 //!
 //! Each key refines the one before (a volunteer over its quota goes before another job over its
-//! quota). The first job in that order that can be preempted is the victim; the ones that cannot
+//! quota). The order is only as good as the list of jobs: while a Slurm job with memory on the GPU
+//! has no entry yet (its watchdog is still starting), nobody is chosen (`Waiting`), or the victim
+//! would be picked from the others only, and a job within its quota could go for one that is not
+//! yet known to be lower-ranked or over its own quota. The first job in that order that can be preempted is the victim; the ones that cannot
 //! are returned with the reason. A job that holds no memory on the GPU frees nothing and is
 //! skipped; so is one that cannot be requeued, one protected after a restart (`cooldown`), and
 //! one at its preemption cap when the policy leaves such jobs alone.
@@ -36,6 +39,10 @@ pub struct GpuSnapshot {
     /// When the caller's trend predicts the GPU full; `None` when it does not grow.
     pub seconds_to_full: Option<f64>,
     pub jobs: Vec<JobOnGpu>,
+    /// Slurm jobs with memory on the GPU that have no registry entry yet, in job id order; the
+    /// caller lists a job here only for a while after it first saw it (its watchdog's start), so
+    /// a job that never registers cannot hold preemption off for good.
+    pub arriving: Vec<u32>,
 }
 
 /// One job with a watchdog on the node, as far as this GPU is concerned.
@@ -135,6 +142,11 @@ pub enum Decision {
     Calm,
     /// Contended, but a preemption happened on this GPU within the cooldown.
     CoolingDown { contention: Contention, until: u64 },
+    /// Contended, but these jobs on the GPU have not registered yet: the order waits for them.
+    Waiting {
+        contention: Contention,
+        arriving: Vec<u32>,
+    },
     Preempt {
         contention: Contention,
         victim: Victim,
@@ -187,6 +199,12 @@ pub fn decide(gpu: &GpuSnapshot, settings: &PreemptSettings, cooldown: &GpuCoold
     };
     if let Gate::CoolingDown { until } = cooldown.gate(now, settings.cooldown) {
         return Decision::CoolingDown { contention, until };
+    }
+    if !gpu.arriving.is_empty() {
+        return Decision::Waiting {
+            contention,
+            arriving: gpu.arriving.clone(),
+        };
     }
     let mut skipped = Vec::new();
     let mut victim = None;

@@ -44,6 +44,9 @@ pub(crate) struct Contender {
     /// User names of the uids seen on the job's GPUs (the registry knows users by name), looked
     /// up once per watchdog rather than once per process and sample.
     user_names: BTreeMap<u32, Option<String>>,
+    /// Slurm jobs seen with memory on one of this job's GPUs without a registry entry, and when
+    /// first seen (unix seconds): they count as arriving for a heartbeat timeout, then not.
+    unregistered_since: BTreeMap<u32, u64>,
     /// Set once this watchdog preempted its own job: nothing more to decide.
     done: bool,
 }
@@ -85,6 +88,7 @@ impl Contender {
             proc_root: PathBuf::from("/proc"),
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             user_names: BTreeMap::new(),
+            unregistered_since: BTreeMap::new(),
             done: false,
         })
     }
@@ -111,9 +115,17 @@ impl Contender {
             return false;
         };
         let mine: Vec<&GpuSample> = samples.iter().filter(|g| self.entry.uses_gpu(&g.uuid)).collect();
+        let mut unregistered_now = BTreeMap::new();
         for gpu in mine {
             let on_gpu: Vec<&Entry> = entries.iter().filter(|e| e.uses_gpu(&gpu.uuid)).collect();
-            let used_by = self.usage_by_job(gpu, &on_gpu);
+            let (used_by, unregistered) = self.usage_by_job(gpu, &on_gpu, &entries);
+            let arriving = still_arriving(
+                &unregistered,
+                &self.unregistered_since,
+                now,
+                self.settings.heartbeat_timeout.as_secs(),
+                &mut unregistered_now,
+            );
             let jobs = on_gpu
                 .iter()
                 .map(|e| e.on_gpu(used_by.get(&e.job_id).copied().unwrap_or(0)))
@@ -124,6 +136,7 @@ impl Contender {
                 used: gpu.used,
                 seconds_to_full: None,
                 jobs,
+                arriving,
             };
             let cooldown = match self.registry.gpu_cooldown(&gpu.uuid) {
                 Ok(c) => c,
@@ -132,11 +145,25 @@ impl Contender {
                     continue;
                 }
             };
-            let Decision::Preempt {
-                contention, victim, ..
-            } = decide(&snapshot, &self.settings, &cooldown, now)
-            else {
-                continue;
+            let (contention, victim) = match decide(&snapshot, &self.settings, &cooldown, now) {
+                Decision::Preempt {
+                    contention, victim, ..
+                } => (contention, victim),
+                Decision::Waiting { contention, arriving } => {
+                    // Once per arriving job, not every interval it is waited for.
+                    if arriving
+                        .iter()
+                        .any(|job| !self.unregistered_since.contains_key(job))
+                    {
+                        report.info(&format!(
+                        "GPU {} contended ({contention}): waiting for job(s) {} to register before choosing whom to preempt",
+                            gpu.index,
+                            job_list(&arriving)
+                        ));
+                    }
+                    continue;
+                }
+                _ => continue,
             };
             let why = format!("GPU {} contended ({contention}): {}", gpu.index, victim.why);
             if victim.job_id == self.job_id {
@@ -150,6 +177,7 @@ impl Contender {
                 }
             }
         }
+        self.unregistered_since = unregistered_now;
         false
     }
 
@@ -157,14 +185,28 @@ impl Contender {
     /// a job by the same rule as the job's own watchdog applies (`attribute::counts_for_job`),
     /// so a process moved between a user's jobs counts for each, and one that left its job (a
     /// daemon under linuxproc) counts for its user's jobs on this GPU. The registry knows users by
-    /// name: the process's uid is named through passwd.
-    fn usage_by_job(&mut self, gpu: &GpuSample, on_gpu: &[&Entry]) -> BTreeMap<u32, u64> {
+    /// name: the process's uid is named through passwd. Also the Slurm jobs (by their cgroup
+    /// claims) with memory on the GPU that have no entry in `registered` at all, in job id order.
+    fn usage_by_job(
+        &mut self,
+        gpu: &GpuSample,
+        on_gpu: &[&Entry],
+        registered: &[Entry],
+    ) -> (BTreeMap<u32, u64>, Vec<u32>) {
         let mut used = BTreeMap::new();
+        let mut unregistered = Vec::new();
         for p in &gpu.processes {
             let owner = attribute::owner_of(&self.proc_root, &self.cgroup_root, p.pid);
-            let attribute::Owner::Process { real_uid, .. } = &owner else {
+            let attribute::Owner::Process { real_uid, claims, .. } = &owner else {
                 continue;
             };
+            if p.used.unwrap_or(0) > 0 {
+                for claim in claims {
+                    if !registered.iter().any(|e| e.job_id == claim.job_id) {
+                        unregistered.push(claim.job_id);
+                    }
+                }
+            }
             let user = self
                 .user_names
                 .entry(*real_uid)
@@ -181,7 +223,9 @@ impl Contender {
                 }
             }
         }
-        used
+        unregistered.sort_unstable();
+        unregistered.dedup();
+        (used, unregistered)
     }
 
     /// This watchdog's job is the victim: claim the GPU, record, requeue.
@@ -322,4 +366,55 @@ fn record_and_act(
         ));
     }
     control.perform(action)
+}
+
+/// Of the jobs on a GPU without a registry entry (`unregistered`), the ones still arriving: first
+/// seen (`first_seen`, the last tick's map) less than `timeout` seconds ago. A watchdog registers
+/// within its first interval; one that has not by a heartbeat timeout is not coming, and the
+/// others may not wait for it for ever. Records when each was first seen in `seen`, this tick's
+/// map, which replaces the last one: a job that left the GPU is forgotten.
+fn still_arriving(
+    unregistered: &[u32],
+    first_seen: &BTreeMap<u32, u64>,
+    now: u64,
+    timeout: u64,
+    seen: &mut BTreeMap<u32, u64>,
+) -> Vec<u32> {
+    unregistered
+        .iter()
+        .copied()
+        .filter(|job| {
+            let since = *first_seen.get(job).unwrap_or(&now);
+            seen.insert(*job, since);
+            now.saturating_sub(since) < timeout
+        })
+        .collect()
+}
+
+fn job_list(jobs: &[u32]) -> String {
+    jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unregistered_job_is_waited_for_a_heartbeat_timeout_then_not() {
+        let (mut first_seen, timeout) = (BTreeMap::new(), 30);
+        let mut tick = |now: u64, unregistered: &[u32]| {
+            let mut seen = BTreeMap::new();
+            let arriving = still_arriving(unregistered, &first_seen, now, timeout, &mut seen);
+            first_seen = seen;
+            arriving
+        };
+        assert_eq!(tick(1000, &[7]), vec![7]);
+        assert_eq!(tick(1010, &[7, 8]), vec![7, 8]);
+        assert_eq!(tick(1029, &[7, 8]), vec![7, 8]);
+        // 7 has had its 30 s; 8 is still arriving.
+        assert_eq!(tick(1030, &[7, 8]), vec![8]);
+        // A job that left the GPU is forgotten: seen again later, it is new again.
+        assert_eq!(tick(1031, &[8]), vec![8]);
+        assert_eq!(tick(1100, &[7]), vec![7]);
+    }
 }

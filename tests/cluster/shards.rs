@@ -425,7 +425,7 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
 /// and, once their memory together fills it, preemption requeues the lower-ranked one.
 #[test]
 #[ignore = "needs the dev cluster (slurm/dev-cluster start)"]
-fn a_whole_gpu_job_next_to_shard_jobs_is_waited_for_or_preempted() {
+fn a_whole_gpu_job_next_to_shard_jobs_waits_or_is_the_one_preempted() {
     let _policy = install_policy(&policy(
         "\n[preemption]\nenabled = true\nreserve = \"10G\"\ncooldown = \"1m\"\n\n\
          [preemption.ranks]\naccount = { physics = 10, chemistry = 0 }\n",
@@ -477,7 +477,9 @@ fn a_whole_gpu_job_next_to_shard_jobs_is_waited_for_or_preempted() {
     }
     assert!(wait_until(Duration::from_secs(20), || line_of(&dir, whole).is_some()));
     // The bug: the whole-GPU job runs on B's GPU. 60G + 25G leave less than the 10G reserve:
-    // preemption requeues one of the two (recorded in its AdminComment), the other keeps the GPU.
+    // preemption requeues the lower-ranked whole-GPU job (recorded in its AdminComment), never B,
+    // even when the GPU fills before the newcomer's watchdog has registered (the others wait for
+    // it: preempt::victim's `Waiting`).
     eprintln!(
         "22.05 shard bug reproduced: job {whole} got GPU {} next to shard job {b}",
         gpu_of(whole)
@@ -488,9 +490,11 @@ fn a_whole_gpu_job_next_to_shard_jobs_is_waited_for_or_preempted() {
         wait_until(Duration::from_secs(60), || requeued(whole) || requeued(b)),
         "neither job on the over-full GPU was preempted"
     );
-    let (victim, kept) = if requeued(whole) { (whole, b) } else { (b, whole) };
-    eprintln!("preemption requeued job {victim}; job {kept} kept the GPU");
-    assert!(job_field(victim, "AdminComment").contains("preempted"));
-    assert!(!requeued(kept));
-    assert_eq!(job_field(kept, "JobState"), "RUNNING");
+    assert!(
+        requeued(whole) && !requeued(b),
+        "preemption requeued shard job {b}, within its quota and of the higher-ranked account, instead of the whole-GPU job {whole}"
+    );
+    eprintln!("preemption requeued job {whole}; job {b} kept the GPU");
+    assert!(job_field(whole, "AdminComment").contains("preempted"));
+    assert_eq!(job_field(b, "JobState"), "RUNNING");
 }
