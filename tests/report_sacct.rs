@@ -306,4 +306,24 @@ fn gib_hours_reserved_against_used_over_runs_and_gpus() {
             used * 100.0 / reserved
         )
     );
+    // The same figures in `--json`: per job, and summed for the list.
+    let doc: serde_json::Value = serde_json::from_str(&jobs_json(&job_reports(&all))).unwrap();
+    let close = |v: &serde_json::Value, want: f64| (v.as_f64().unwrap() - want).abs() < 1e-3;
+    assert!(
+        close(&doc["jobs"][0]["gib_hours"]["reserved"], expected_reserved),
+        "{doc}"
+    );
+    assert!(
+        close(&doc["jobs"][0]["gib_hours"]["used"], expected_used),
+        "{doc}"
+    );
+    assert!(close(&doc["gib_hours"]["reserved"], reserved), "{doc}");
+    assert!(
+        close(&doc["gib_hours"]["efficiency_percent"], used * 100.0 / reserved),
+        "{doc}"
+    );
+    assert_eq!(doc["gib_hours"]["jobs"], 2);
+    assert!(doc["jobs"][0]["gib_hours"].get("jobs").is_none());
+    let doc: serde_json::Value = serde_json::from_str(&jobs_json(&running)).unwrap();
+    assert!(doc["gib_hours"].is_null() && doc["jobs"][0]["gib_hours"].is_null());
 }

@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::format::{human_size, percent, table};
 use super::job::{efficiency, GibHours, JobReport, RecordState, Run};
-use crate::json_number::rounded_opt;
+use crate::json_number::{rounded, rounded_opt};
 use crate::record::{Entry, EventCounts, Facts, GpuPeaks, LastEvent, Totals};
 
 const RUN_HEADER: [&str; 10] = [
@@ -118,17 +118,22 @@ pub fn jobs_list_text(jobs: &[JobReport]) -> String {
     out
 }
 
-/// The jobs' GPU memory over time, reserved against used at peak, as one line.
-fn gib_hours_text(jobs: &[JobReport]) -> String {
+/// The jobs' GPU memory over time, summed over the jobs that have some, and how many do.
+fn gib_hours_total(jobs: &[JobReport]) -> Option<(GibHours, usize)> {
     let mut total = GibHours::default();
     let mut counted = 0;
     for hours in jobs.iter().filter_map(JobReport::gib_hours) {
         total.add(hours);
         counted += 1;
     }
-    if counted == 0 {
+    (counted > 0).then_some((total, counted))
+}
+
+/// The jobs' GPU memory over time, reserved against used at peak, as one line.
+fn gib_hours_text(jobs: &[JobReport]) -> String {
+    let Some((total, counted)) = gib_hours_total(jobs) else {
         return String::new();
-    }
+    };
     format!(
         "GPU memory of {counted} finished job(s): {:.2} GiB-hours reserved, {:.2} used at peak ({} efficiency)\n",
         total.reserved,
@@ -137,15 +142,19 @@ fn gib_hours_text(jobs: &[JobReport]) -> String {
     )
 }
 
-/// Every job in full, as `{"jobs":[...]}` (compact).
+/// Every job in full, as `{"jobs":[...],"gib_hours":{...}}` (compact); `gib_hours` sums the jobs'
+/// (the text's last line), `null` when none has a finished run with a record.
 pub fn jobs_json(jobs: &[JobReport]) -> String {
     #[derive(Serialize)]
     struct Jobs<'a> {
         jobs: Vec<JobJson<'a>>,
+        gib_hours: Option<GibHoursJson>,
     }
-    let jobs = Jobs {
+    let list = Jobs {
         jobs: jobs.iter().map(job_json).collect(),
+        gib_hours: gib_hours_total(jobs).map(|(total, jobs)| gib_hours_json(total, Some(jobs))),
     };
+    let jobs = list;
     serde_json::to_string(&jobs).expect("a job report always serializes")
 }
 
@@ -161,6 +170,30 @@ struct JobJson<'a> {
     runs: Vec<RunJson<'a>>,
     folded: Option<FoldedJson>,
     totals: Option<TotalsJson>,
+    /// GPU memory reserved and used at peak over the finished runs; `null` without them.
+    gib_hours: Option<GibHoursJson>,
+}
+
+#[derive(Serialize)]
+struct GibHoursJson {
+    #[serde(serialize_with = "rounded")]
+    reserved: f64,
+    #[serde(serialize_with = "rounded")]
+    used: f64,
+    #[serde(serialize_with = "rounded_opt")]
+    efficiency_percent: Option<f64>,
+    /// In a list's sum: how many jobs it counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobs: Option<usize>,
+}
+
+fn gib_hours_json(hours: GibHours, jobs: Option<usize>) -> GibHoursJson {
+    GibHoursJson {
+        reserved: hours.reserved,
+        used: hours.used,
+        efficiency_percent: hours.efficiency(),
+        jobs,
+    }
 }
 
 #[derive(Serialize)]
@@ -266,6 +299,7 @@ fn job_json(job: &JobReport) -> JobJson<'_> {
         runs,
         folded,
         totals: job.totals().map(totals_json),
+        gib_hours: job.gib_hours().map(|hours| gib_hours_json(hours, None)),
     }
 }
 
