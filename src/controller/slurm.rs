@@ -16,7 +16,7 @@ impl SlurmController {
     pub(crate) fn from_env(job_id: u32) -> SlurmController {
         SlurmController {
             job_id,
-            tools: SlurmTools::find_configured(),
+            tools: SlurmTools::find_configured().with_json_job_reads_detected(),
         }
     }
 }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::hostlist;
-use super::JobState;
+use super::{JobInfo, JobState};
 
 /// What the watchdog and the plugin take from slurmctld's JSON record of one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,19 +103,93 @@ struct Job {
     requeue: Option<Value>,
     #[serde(default)]
     restart_cnt: Option<Value>,
+    #[serde(default)]
+    user_name: Option<String>,
+    #[serde(default)]
+    priority: Option<Value>,
+    #[serde(default)]
+    node_count: Option<Value>,
+    #[serde(default)]
+    start_time: Option<Value>,
 }
 
-/// Job `job_id`'s record from `squeue --json` output. The error says what is missing or malformed.
-pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
+/// Job `job_id`'s state, requeue facts and rank from `squeue --json` or `scontrol show job --json`
+/// output (24.11 on: [`super::SlurmTools::job`]), the same [`JobInfo`] `squeue --Format` gives.
+/// The error names what is missing.
+pub(crate) fn parse_job_info_json(output: &str, job_id: u32) -> Result<JobInfo, String> {
+    let job = the_job(output, job_id)?;
+    let missing = |field: &str| format!("job {job_id}: no `{field}`");
+    let state = job
+        .job_state
+        .as_ref()
+        .and_then(state_of)
+        .ok_or_else(|| missing("job_state"))?;
+    let number_of = |value: &Option<Value>, field: &str| {
+        value
+            .as_ref()
+            .and_then(whole_number)
+            .ok_or_else(|| missing(field))
+    };
+    let start_time = match job.start_time.as_ref().and_then(whole_number) {
+        None | Some(0) => "N/A".to_string(),
+        // squeue's own column is local time; this is UTC, in the same shape.
+        Some(unix) => time::OffsetDateTime::from_unix_timestamp(unix.into()).map_or_else(
+            |_| "N/A".to_string(),
+            |t| {
+                format!(
+                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+                    t.year(),
+                    u8::from(t.month()),
+                    t.day(),
+                    t.hour(),
+                    t.minute(),
+                    t.second()
+                )
+            },
+        ),
+    };
+    Ok(JobInfo {
+        job_id,
+        job_state: state,
+        restarts: number_of(&job.restart_cnt, "restart_cnt")?,
+        requeue: job
+            .requeue
+            .as_ref()
+            .map(truthy)
+            .ok_or_else(|| missing("requeue"))?,
+        batch_flag: job
+            .batch_flag
+            .as_ref()
+            .map(truthy)
+            .ok_or_else(|| missing("batch_flag"))? as u16,
+        user_id: job.user_id,
+        user_name: job.user_name.ok_or_else(|| missing("user_name"))?,
+        account: job.account.unwrap_or_default(),
+        partition: job.partition.unwrap_or_default(),
+        qos: job.qos.unwrap_or_default(),
+        priority: number_of(&job.priority, "priority")?,
+        start_time,
+        node_list: job.nodes.unwrap_or_default(),
+        node_count: number_of(&job.node_count, "node_count")?,
+    })
+}
+
+/// The one record of job `job_id` in the output (22.05 lists every job whatever was asked).
+fn the_job(output: &str, job_id: u32) -> Result<Job, String> {
     let response: Response =
         serde_json::from_str(output).map_err(|e| format!("not the JSON squeue --json prints: {e}"))?;
     let count = response.jobs.len();
     let mut ours = response.jobs.into_iter().filter(|j| j.job_id == job_id);
-    let job = match (ours.next(), ours.next()) {
-        (Some(job), None) => job,
-        (None, _) => return Err(format!("no record for job {job_id} among {count} job(s)")),
-        (Some(_), Some(_)) => return Err(format!("more than one record for job {job_id}")),
-    };
+    match (ours.next(), ours.next()) {
+        (Some(job), None) => Ok(job),
+        (None, _) => Err(format!("no record for job {job_id} among {count} job(s)")),
+        (Some(_), Some(_)) => Err(format!("more than one record for job {job_id}")),
+    }
+}
+
+/// Job `job_id`'s record from `squeue --json` output. The error says what is missing or malformed.
+pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
+    let job = the_job(output, job_id)?;
     let nodes = match job.nodes.as_deref().unwrap_or("") {
         "" => Vec::new(),
         list => hostlist::expand(list).map_err(|e| format!("job {job_id}: nodes: {e}"))?,
@@ -377,6 +451,33 @@ mod tests {
                 .unwrap_err()
                 .contains("no record for job 500000 among 1"));
         }
+    }
+
+    /// What `SlurmTools::job` reads on 24.11: the same facts `squeue --Format` gives, from the
+    /// real 24.11.5 records of both commands.
+    #[test]
+    fn slurm_24_11_job_info_from_json() {
+        for output in [
+            include_str!("../../tests/fixtures/slurm-24.11/squeue-json-running.json"),
+            include_str!("../../tests/fixtures/slurm-24.11/scontrol-show-job-json-running.json"),
+        ] {
+            let info = parse_job_info_json(output, 500001).unwrap();
+            assert_eq!(info.job_state, JobState::Running);
+            assert_eq!((info.restarts, info.requeue, info.batch_flag), (0, true, 1));
+            assert!(info.is_requeueable());
+            assert_eq!((info.user_id, info.user_name.as_str()), (2001, "gmq-user"));
+            assert_eq!(
+                (info.account.as_str(), info.partition.as_str(), info.qos.as_str()),
+                ("physics", "gpu", "normal")
+            );
+            assert_eq!((info.priority, info.node_count), (1, 1));
+            assert_eq!(info.node_list, "vm");
+            assert_eq!(info.start_time.len(), "2026-11-30T05:48:02".len());
+            assert!(parse_job_info_json(output, 500000).is_err());
+        }
+        // A record without the state (or the other facts) is refused, not defaulted.
+        let bare = r#"{"jobs":[{"job_id":7,"user_id":2001}]}"#;
+        assert!(parse_job_info_json(bare, 7).unwrap_err().contains("job_state"));
     }
 
     /// Real 24.11.5 output for a `--gres=shard:1` job that got a shard of GPU 1.

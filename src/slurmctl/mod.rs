@@ -36,4 +36,4 @@ pub use job_info::{parse_squeue, JobState, SQUEUE_FORMAT};
 pub use job_json::JobEnd;
 pub(crate) use job_json::JobRecord;
 pub use run::SAFE_PATH;
-pub use tools::{Backoff, SlurmTools};
+pub use tools::{Backoff, SlurmTools, JSON_JOB_READS_FROM};

@@ -186,6 +186,9 @@ fn framework_caps(spank: &Spank, quota: ByteSize, tuning: &Tuning) -> Vec<(&'sta
 fn slurm_tools(timeout: std::time::Duration) -> SlurmTools {
     let mut tools = SlurmTools::find_configured();
     tools.timeout = timeout;
+    // The plugin is built for the Slurm that loads it (slurmd checks major.minor).
+    let (major, minor) = crate::slurmctl::JSON_JOB_READS_FROM;
+    tools.json_job_reads = super::sys::SLURM_VERSION_NUMBER >= (major << 16) | (minor << 8);
     tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
     tools
 }
