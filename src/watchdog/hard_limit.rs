@@ -58,6 +58,9 @@ pub enum Outcome {
     NotOffered(String),
     /// It is offered but could not be set (no job cgroup, a refusal): the watchdog alone.
     Failed(String),
+    /// The policy switched it off (`[enforcement] hard_limit = false`): not asked for, so the
+    /// driver is not even looked at; the watchdog alone.
+    SwitchedOff,
 }
 
 impl Outcome {
@@ -77,6 +80,9 @@ impl Outcome {
             Outcome::Failed(why) => {
                 format!("no hard limit: {why}; the watchdog alone enforces the quota")
             }
+            Outcome::SwitchedOff => "no hard limit (switched off by the policy: [enforcement] \
+                hard_limit = false): the watchdog alone enforces the quota"
+                .to_string(),
         }
     }
 }
@@ -200,6 +206,11 @@ mod tests {
         assert!(line.starts_with("hard limit in force: nvmlDeviceSetMemoryLimits_v1 caps cgroup /sys/fs/cgroup/job_7 at 16G on GPU(s) 0"), "{line}");
         let line = Outcome::NotOffered("x".into()).log_line();
         assert!(line.ends_with("the watchdog alone enforces the quota"), "{line}");
+        assert_eq!(
+            Outcome::SwitchedOff.log_line(),
+            "no hard limit (switched off by the policy: [enforcement] hard_limit = false): the \
+             watchdog alone enforces the quota"
+        );
     }
 
     #[test]
