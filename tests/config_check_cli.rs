@@ -116,6 +116,7 @@ fn explain_shows_the_values_and_why() {
         "  after 3 requeues      requeue-hold",
         "  if not requeueable    cancel",
         "  failed near OOM       requeued with near-OOM hints (requeue_near_oom)",
+        "  driver hard limit     set where the driver offers it, else the watchdog alone (hard_limit)",
         "  if policy is broken   fail-open",
         "For a job with a quota (the same for every job):",
         "  framework caps        PyTorch, JAX, TensorFlow",

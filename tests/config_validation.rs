@@ -254,6 +254,8 @@ fn enforcement_settings_good() {
         }),
         ("requeue_near_oom = false", |e| !e.requeue_near_oom),
         ("requeue_near_oom = true", |e| e.requeue_near_oom),
+        ("hard_limit = false", |e| !e.hard_limit),
+        ("hard_limit = true", |e| e.hard_limit),
         ("nvml_library = \"/opt/nvidia/lib64/libnvidia-ml.so.1\"", |e| {
             e.nvml_library == Path::new("/opt/nvidia/lib64/libnvidia-ml.so.1")
         }),
@@ -371,6 +373,11 @@ fn enforcement_settings_bad() {
             "requeue_near_oom = \"yes\"",
             "requeue_near_oom: expected true or false, found string \"yes\"",
         ),
+        ("hard_limit = 1", "hard_limit: expected true or false, found integer 1"),
+        (
+            "hard_limit = \"off\"",
+            "hard_limit: expected true or false, found string \"off\"",
+        ),
         (
             "nvml_library = \"libnvidia-ml.so.1\"",
             "nvml_library: 'libnvidia-ml.so.1' is not an absolute path: give one that starts with /",
@@ -419,7 +426,7 @@ fn structural_errors_name_line_and_key() {
         ),
         (
             "[enforcement]\nintervall = \"2s\"\n",
-            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `requeue_near_oom`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
+            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `requeue_near_oom`, `hard_limit`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
         ),
         (
             "[defaults]\nquota = \"40G\"\n",

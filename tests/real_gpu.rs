@@ -4,19 +4,26 @@
 //! `slurm/gpu-check` (see BENCHMARKS.md, "On a GPU node").
 //!
 //! The CUDA process is this test binary run again as `cuda_holder` with `GMQ_CUDA_HOLD_BYTES`
-//! set: it calls the driver API directly (cuInit, cuCtxCreate, cuMemAlloc, through dlopen), says
-//! `holding` and keeps the memory until its stdin closes.
+//! set: it calls the driver API directly (cuInit, cuCtxCreate, cuMemAlloc, cuMemGetInfo, through
+//! dlopen), says `holding` and keeps the memory until its stdin closes.
+//!
+//! `GMQ_NVML_LIB` names another NVML library: the fake one (with `FAKE_NVML_DIR`) runs the tests
+//! that need no CUDA process as far as they go without one (BENCHMARKS.md, "On a GPU node").
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpu_mem_quota::config::Enforcement;
 use gpu_mem_quota::record;
 use gpu_mem_quota::size::ByteSize;
-use gpu_mem_quota::watchdog::gpu::{GpuSample, GpuSource, NvmlSource};
+use gpu_mem_quota::watchdog::gpu::{DeviceHandle, GpuSample, GpuSource, NvmlSource};
+use gpu_mem_quota::watchdog::hard_limit::{self, Answer, Outcome, Setter};
 use gpu_mem_quota::watchdog::{Attributor, Watchdog};
 
 #[path = "common/watchdog_fakes.rs"]
@@ -35,11 +42,20 @@ fn nvml_library() -> PathBuf {
 struct Holder {
     child: Child,
     stdin: Option<ChildStdin>,
+    /// The GPU's total memory as `cuMemGetInfo` reports it inside the process.
+    total: u64,
 }
 
 impl Holder {
     fn start(bytes: u64) -> Holder {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        Holder::spawn(bytes, None).unwrap_or_else(|e| panic!("the CUDA holder failed: {e}"))
+    }
+
+    /// The holder, in the cgroup whose `cgroup.procs` is given before it runs any CUDA call
+    /// (so its context and allocation are that cgroup's). `Err`: the CUDA error it reported.
+    fn spawn(bytes: u64, cgroup_procs: Option<&File>) -> Result<Holder, String> {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command
             .args([
                 "--exact",
                 "cuda_holder",
@@ -51,25 +67,46 @@ impl Holder {
             .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cannot run the CUDA holder");
+            .stderr(Stdio::inherit());
+        if let Some(procs) = cgroup_procs {
+            let fd = procs.as_raw_fd();
+            // SAFETY: between fork and exec only write(2), which is async-signal-safe; "0" moves
+            // the writing process itself. The fd is the parent's, open for the child's life.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let mut child = command.spawn().expect("cannot run the CUDA holder");
         let stdin = child.stdin.take();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        loop {
-            match lines.next() {
-                Some(Ok(line)) if line.starts_with("holding") => break,
-                Some(Ok(line)) if line.starts_with("cuda error") => panic!("the CUDA holder failed: {line}"),
+        let total = loop {
+            // libtest writes the test's name before its output on the same line.
+            let said = |line: &str| line.trim_start_matches("test cuda_holder ... ").to_string();
+            match lines.next().map(|line| line.map(|l| said(&l))) {
+                Some(Ok(line)) if line.starts_with("holding") => {
+                    let total = line.rsplit(' ').next().and_then(|t| t.parse().ok());
+                    break total.unwrap_or_else(|| panic!("the CUDA holder said {line:?}"));
+                }
+                Some(Ok(line)) if line.starts_with("cuda error") => {
+                    let _ = child.wait();
+                    return Err(line);
+                }
                 Some(Ok(_)) => continue,
                 _ => panic!(
                     "the CUDA holder ended before it held its memory: {:?}",
                     child.wait()
                 ),
             }
-        }
+        };
         // Keep its stdout drained so it never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        Holder { child, stdin }
+        Ok(Holder { child, stdin, total })
     }
 
     fn pid(&self) -> u32 {
@@ -102,8 +139,8 @@ fn cuda_holder() {
     let bytes: usize = bytes.parse().expect("GMQ_CUDA_HOLD_BYTES is a byte count");
     let out = &mut std::io::stdout();
     match cuda::hold(bytes) {
-        Ok(_memory) => {
-            writeln!(out, "holding {bytes} bytes").unwrap();
+        Ok(held) => {
+            writeln!(out, "holding {bytes} bytes, GPU total {}", held.total).unwrap();
             out.flush().unwrap();
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
             // The process exits and the driver frees the context with it.
@@ -230,6 +267,138 @@ fn prints_what_one_real_sample_costs() {
     );
 }
 
+/// Hard limits (MPS v3 memory partitioning), looked up in the driver's NVML as the watchdog does
+/// (`watchdog::hard_limit`). Where the driver lacks them one line says so and the test passes (the
+/// watchdog alone enforces there). Where it has them: a real CUDA process in a cgroup with a 2G hard
+/// limit cannot allocate 3G, can allocate 1G and sees the capped size; a process outside the cgroup
+/// is not held to it; once the limit is cleared the 3G allocation is granted in the cgroup too.
+#[test]
+#[ignore = "needs an NVIDIA GPU: slurm/gpu-check"]
+fn a_hard_limit_caps_a_real_cuda_process_in_its_cgroup_where_the_driver_offers_it() {
+    let library = nvml_library();
+    let setter = match Setter::find(&library) {
+        Ok(setter) => setter,
+        Err(why) => return println!("gpu-check: {}", Outcome::NotOffered(why).log_line()),
+    };
+    let source = NvmlSource::open(&library, &["0".to_string()]).unwrap_or_else(|e| panic!("NVML: {e}"));
+    let [(gpu, device)] = source.listed_handles()[..] else {
+        panic!("NVML has no GPU 0");
+    };
+    let cgroup = ScratchCgroup::create(Path::new("/sys/fs/cgroup"));
+    let limit = 2 * GIB;
+    let mut limit_set = LimitSet {
+        setter: &setter,
+        device,
+        namespace: &cgroup.dir,
+        cleared: false,
+    };
+    let code = setter.set(device, &cgroup.dir, limit, limit);
+    match hard_limit::outcome(&cgroup.dir, limit, &[Answer { gpu, code }]) {
+        Outcome::InForce(_) => {}
+        not_offered @ Outcome::NotOffered(_) => return println!("gpu-check: {}", not_offered.log_line()),
+        other => panic!(
+            "the driver has {}: {}",
+            hard_limit::SET_MEMORY_LIMITS,
+            other.log_line()
+        ),
+    }
+    let procs = File::options()
+        .write(true)
+        .open(cgroup.dir.join("cgroup.procs"))
+        .unwrap_or_else(|e| panic!("{}: {e}", cgroup.dir.display()));
+
+    match Holder::spawn(3 * GIB, Some(&procs)) {
+        Err(e) => assert!(
+            e.contains("cuMemAlloc returned CUresult 2"),
+            "3G under a 2G hard limit should be CUDA_ERROR_OUT_OF_MEMORY: {e}"
+        ),
+        Ok(h) => panic!(
+            "3G under a 2G hard limit was granted (cuMemGetInfo total {})",
+            h.total
+        ),
+    }
+    let below = Holder::spawn(GIB, Some(&procs))
+        .unwrap_or_else(|e| panic!("1G under a 2G hard limit was refused: {e}"));
+    assert!(
+        below.total <= limit,
+        "under a 2G hard limit cuMemGetInfo reports a total of {} bytes",
+        below.total
+    );
+    let outside = Holder::spawn(3 * GIB, None)
+        .unwrap_or_else(|e| panic!("3G outside the limited cgroup was refused: {e}"));
+    drop((outside, below));
+    assert_eq!(limit_set.clear(), 0, "clearing the hard limit");
+    let cleared = Holder::spawn(3 * GIB, Some(&procs))
+        .unwrap_or_else(|e| panic!("3G after the hard limit was cleared was refused: {e}"));
+    drop(cleared);
+    println!(
+        "gpu-check: hard limit 2G on {} (GPU {gpu}): 3G refused with CUDA_ERROR_OUT_OF_MEMORY, 1G \
+         granted (cuMemGetInfo total {}), 3G outside the cgroup granted; cleared, 3G granted",
+        cgroup.dir.display(),
+        ByteSize::from_bytes(limit),
+    );
+}
+
+/// A cgroup of this test's own in the v2 hierarchy, removed when dropped (after its processes).
+struct ScratchCgroup {
+    dir: PathBuf,
+}
+
+impl ScratchCgroup {
+    fn create(cgroup_root: &Path) -> ScratchCgroup {
+        let v2 = gpu_mem_quota::attribute::v2_mount(cgroup_root).unwrap_or_else(|| {
+            panic!(
+                "the driver has {} but {} holds no cgroup v2 hierarchy (hard limits need one): not proven",
+                hard_limit::SET_MEMORY_LIMITS,
+                cgroup_root.display()
+            )
+        });
+        let dir = v2.join(format!("gmq-gpu-check-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap_or_else(|e| {
+            panic!(
+                "cannot make the cgroup {} to prove the hard limit with (root, a writable cgroup v2): {e}",
+                dir.display()
+            )
+        });
+        ScratchCgroup { dir }
+    }
+}
+
+impl Drop for ScratchCgroup {
+    fn drop(&mut self) {
+        // A process that exited leaves its cgroup a moment later.
+        let removed = wait_for(|| std::fs::remove_dir(&self.dir).is_ok());
+        if !removed {
+            eprintln!("gpu-check: cannot remove {}", self.dir.display());
+        }
+    }
+}
+
+/// The hard limit set on one GPU for one cgroup, cleared when dropped if not before.
+struct LimitSet<'a> {
+    setter: &'a Setter,
+    device: DeviceHandle<'a>,
+    namespace: &'a Path,
+    cleared: bool,
+}
+
+impl LimitSet<'_> {
+    /// Soft 0 and hard `NVML_DEVICE_MEMORY_LIMIT_MAX`, as the watchdog clears it: the NVML code.
+    fn clear(&mut self) -> c_int {
+        self.cleared = true;
+        self.setter
+            .set(self.device, self.namespace, 0, hard_limit::LIMIT_MAX)
+    }
+}
+
+impl Drop for LimitSet<'_> {
+    fn drop(&mut self) {
+        if !self.cleared {
+            self.clear();
+        }
+    }
+}
+
 fn gpu0(sample: &[GpuSample]) -> &GpuSample {
     sample
         .iter()
@@ -264,7 +433,10 @@ mod cuda {
     type CuResult = c_int;
 
     /// A context with `bytes` allocated, kept for the life of the process.
-    pub struct Held;
+    pub struct Held {
+        /// `cuMemGetInfo`'s total: the GPU's size, or the hard limit where one caps the process.
+        pub total: u64,
+    }
 
     pub fn hold(bytes: usize) -> Result<Held, String> {
         // SAFETY: dlopen/dlsym with NUL-terminated names; each symbol is called with the
@@ -279,6 +451,8 @@ mod cuda {
             let ctx_create: extern "C" fn(*mut *mut c_void, c_uint, c_int) -> CuResult =
                 symbol(lib, c"cuCtxCreate_v2")?;
             let mem_alloc: extern "C" fn(*mut u64, usize) -> CuResult = symbol(lib, c"cuMemAlloc_v2")?;
+            let mem_get_info: extern "C" fn(*mut usize, *mut usize) -> CuResult =
+                symbol(lib, c"cuMemGetInfo_v2")?;
             check("cuInit", init(0))?;
             let mut device = 0;
             check("cuDeviceGet", device_get(&mut device, 0))?;
@@ -286,8 +460,10 @@ mod cuda {
             check("cuCtxCreate", ctx_create(&mut context, 0, device))?;
             let mut pointer = 0u64;
             check("cuMemAlloc", mem_alloc(&mut pointer, bytes))?;
+            let (mut free, mut total) = (0usize, 0usize);
+            check("cuMemGetInfo", mem_get_info(&mut free, &mut total))?;
+            Ok(Held { total: total as u64 })
         }
-        Ok(Held)
     }
 
     unsafe fn symbol<T: Copy>(lib: *mut c_void, name: &CStr) -> Result<T, String> {

@@ -66,8 +66,9 @@ pub(crate) fn v1_mount(cgroup_root: &Path, controllers: &str) -> Option<PathBuf>
         .find(|dir| dir.is_dir())
 }
 
-/// The v2 hierarchy: the directory with a `cgroup.controllers` file.
-fn v2_mount(cgroup_root: &Path) -> Option<PathBuf> {
+/// The v2 hierarchy: the directory with a `cgroup.controllers` file (`cgroup_root` on a pure v2
+/// host, `cgroup_root/unified` on a hybrid one).
+pub fn v2_mount(cgroup_root: &Path) -> Option<PathBuf> {
     [cgroup_root.to_path_buf(), cgroup_root.join("unified")]
         .into_iter()
         .find(|dir| dir.join("cgroup.controllers").is_file())

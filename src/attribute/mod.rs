@@ -62,7 +62,7 @@ use std::path::Path;
 
 pub use cgroup::Level;
 pub use identity::{identify, same_process, signal, ProcessIdentity};
-pub use job_cgroup::{job_active_on_node, job_cgroup, JobCgroup};
+pub use job_cgroup::{job_active_on_node, job_cgroup, v2_mount, JobCgroup};
 pub use step::Step;
 
 use ancestry::{is_root_stepd, lineage, Lineage};

@@ -438,6 +438,15 @@ fn write_enforcement(out: &mut String, config: &Config, quota: Option<ByteSize>)
             }
             .to_string(),
         ),
+        (
+            "driver hard limit",
+            if e.hard_limit {
+                "set where the driver offers it, else the watchdog alone (hard_limit)"
+            } else {
+                "off: the watchdog alone enforces (hard_limit = false)"
+            }
+            .to_string(),
+        ),
         ("NVML library", e.nvml_library.display().to_string()),
         ("runtime dir", e.runtime_dir.display().to_string()),
         ("state dir", e.state_dir.display().to_string()),

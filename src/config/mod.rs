@@ -265,6 +265,9 @@ pub struct Enforcement {
     /// Self-healing: a batch job that failed (non-zero exit) after peaking near its quota or the
     /// GPU's size is requeued with near-OOM hints, within `max_requeues` (`watchdog::heal`).
     pub requeue_near_oom: bool,
+    /// Whether the watchdog sets the quota as the driver's per-cgroup hard limit where the driver
+    /// offers one (`watchdog::hard_limit`); `false`: the watchdog alone enforces, on every node.
+    pub hard_limit: bool,
     pub nvml_library: PathBuf,
     /// Node-local files of running jobs (root-owned).
     pub runtime_dir: PathBuf,
@@ -323,6 +326,7 @@ impl Default for Enforcement {
             escalation: Action::RequeueHold,
             no_requeue_action: Action::Cancel,
             requeue_near_oom: true,
+            hard_limit: true,
             nvml_library: PathBuf::from(limits::NVML_LIBRARY),
             runtime_dir: PathBuf::from(limits::RUNTIME_DIR),
             state_dir: PathBuf::from(limits::STATE_DIR),

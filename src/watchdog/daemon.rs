@@ -258,8 +258,12 @@ impl Daemon {
         let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
             .with_prediction(policy.prediction.clone());
         let hard_limit = match (&source, quota) {
-            (Some(source), Some(quota)) => {
+            (Some(source), Some(quota)) if settings.hard_limit => {
                 set_hard_limit(&settings.nvml_library, source, quota.bytes(), &mut reporter)
+            }
+            (Some(_), Some(_)) => {
+                reporter.info(&Outcome::SwitchedOff.log_line());
+                None
             }
             _ => None,
         };
@@ -504,7 +508,7 @@ fn set_hard_limit(
     report.info(&outcome.log_line());
     match outcome {
         Outcome::InForce(in_force) => Some((setter, in_force)),
-        Outcome::NotOffered(_) | Outcome::Failed(_) => {
+        Outcome::NotOffered(_) | Outcome::Failed(_) | Outcome::SwitchedOff => {
             // A limit some GPUs took and another refused is taken off again: one path only.
             for (_, device) in source.listed_handles() {
                 let _ = setter.set(device, &cgroup.dir, 0, hard_limit::LIMIT_MAX);

@@ -195,6 +195,20 @@ impl GpuSource for NvmlSource {
     }
 }
 
+/// An `nvmlDevice_t` of a live [`NvmlSource`]: only the source makes one, and it cannot outlive it
+/// (NVML stays initialised, so the handle stays valid).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceHandle<'a> {
+    raw: *mut std::ffi::c_void,
+    _source: std::marker::PhantomData<&'a NvmlSource>,
+}
+
+impl DeviceHandle<'_> {
+    pub(crate) fn raw(self) -> *mut std::ffi::c_void {
+        self.raw
+    }
+}
+
 impl NvmlSource {
     /// The job's GPUs (those Slurm listed) as `(index, uuid)`.
     pub fn listed(&self) -> Vec<(u32, String)> {
@@ -205,16 +219,23 @@ impl NvmlSource {
             .collect()
     }
 
-    /// The job's GPUs (those Slurm listed) as `(index, nvmlDevice_t)`, for calls nvml-wrapper has no
-    /// binding for (`super::hard_limit`). The handles are valid while this source lives.
-    pub(crate) fn listed_handles(&self) -> Vec<(u32, *mut std::ffi::c_void)> {
+    /// The job's GPUs (those Slurm listed) as `(index, handle)`, for calls nvml-wrapper has no
+    /// binding for (`super::hard_limit`).
+    pub fn listed_handles(&self) -> Vec<(u32, DeviceHandle<'_>)> {
         self.gpus
             .iter()
             .filter(|g| g.listed)
             .filter_map(|g| {
                 let device = self.nvml.device_by_index(g.nvml_index).ok()?;
                 // SAFETY: the raw handle is only passed back to the same NVML library.
-                Some((g.index, unsafe { device.handle() }.cast::<std::ffi::c_void>()))
+                let raw = unsafe { device.handle() }.cast::<std::ffi::c_void>();
+                Some((
+                    g.index,
+                    DeviceHandle {
+                        raw,
+                        _source: std::marker::PhantomData,
+                    },
+                ))
             })
             .collect()
     }

@@ -15,6 +15,7 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::gpu::DeviceHandle;
 use crate::size::ByteSize;
 
 /// The setter's name in libnvidia-ml.
@@ -58,6 +59,9 @@ pub enum Outcome {
     NotOffered(String),
     /// It is offered but could not be set (no job cgroup, a refusal): the watchdog alone.
     Failed(String),
+    /// The policy switched it off (`[enforcement] hard_limit = false`): not asked for, so the
+    /// driver is not even looked at; the watchdog alone.
+    SwitchedOff,
 }
 
 impl Outcome {
@@ -77,6 +81,9 @@ impl Outcome {
             Outcome::Failed(why) => {
                 format!("no hard limit: {why}; the watchdog alone enforces the quota")
             }
+            Outcome::SwitchedOff => "no hard limit (switched off by the policy: [enforcement] \
+                hard_limit = false): the watchdog alone enforces the quota"
+                .to_string(),
         }
     }
 }
@@ -114,7 +121,7 @@ pub fn outcome(namespace: &Path, bytes: u64, answers: &[Answer]) -> Outcome {
 }
 
 /// The setter, found in the loaded NVML library.
-pub(crate) struct Setter {
+pub struct Setter {
     function: SetMemoryLimits,
     /// The library's handle, held so that the function stays mapped.
     _library: *mut c_void,
@@ -123,7 +130,7 @@ pub(crate) struct Setter {
 impl Setter {
     /// Looks the setter up in `library` (already loaded by nvml-wrapper: dlopen finds the same
     /// copy, initialised). `Err`: the library has no such function (an older driver).
-    pub(crate) fn find(library: &Path) -> Result<Setter, String> {
+    pub fn find(library: &Path) -> Result<Setter, String> {
         let path = CString::new(library.as_os_str().as_bytes())
             .map_err(|_| format!("{} has a NUL in its path", library.display()))?;
         // SAFETY: plain C calls with NUL-terminated strings; the handle is kept for the symbol's life.
@@ -150,9 +157,9 @@ impl Setter {
         })
     }
 
-    /// Sets soft and hard limit of `namespace` on one device (`nvmlDevice_t`, valid while NVML is
-    /// initialised); the NVML return code.
-    pub(crate) fn set(&self, device: *mut c_void, namespace: &Path, soft: u64, hard: u64) -> c_int {
+    /// Sets soft and hard limit of `namespace` on one device (of the source that loaded this
+    /// library); the NVML return code.
+    pub fn set(&self, device: DeviceHandle<'_>, namespace: &Path, soft: u64, hard: u64) -> c_int {
         let Ok(name) = CString::new(namespace.as_os_str().as_bytes()) else {
             return 2; // NVML_ERROR_INVALID_ARGUMENT
         };
@@ -161,8 +168,9 @@ impl Setter {
             soft_limit: soft,
             hard_limit: hard,
         };
-        // SAFETY: the struct and the string live across the call; the device handle is NVML's.
-        unsafe { (self.function)(device, &limits) }
+        // SAFETY: the struct and the string live across the call; the device handle is NVML's,
+        // valid while its source lives (the handle borrows it).
+        unsafe { (self.function)(device.raw(), &limits) }
     }
 }
 
@@ -200,6 +208,11 @@ mod tests {
         assert!(line.starts_with("hard limit in force: nvmlDeviceSetMemoryLimits_v1 caps cgroup /sys/fs/cgroup/job_7 at 16G on GPU(s) 0"), "{line}");
         let line = Outcome::NotOffered("x".into()).log_line();
         assert!(line.ends_with("the watchdog alone enforces the quota"), "{line}");
+        assert_eq!(
+            Outcome::SwitchedOff.log_line(),
+            "no hard limit (switched off by the policy: [enforcement] hard_limit = false): the \
+             watchdog alone enforces the quota"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! `nvmlDeviceSetMemoryLimits_v1`; the watchdog sets the quota as the job's cgroup's hard limit on
 //! its GPU, and a claim past it (through the fake's `fakeNvmlClaim`, its cudaMalloc) fails for that
 //! job alone. With the function answering FUNCTION_NOT_FOUND (an older driver) the watchdog path
-//! runs as before, and the log says which.
+//! runs as before, and the log says which; so it does with the function there and the policy's
+//! `[enforcement] hard_limit = false`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,6 +16,28 @@ fn policy() -> String {
     "[defaults]\ndefault = \"none\"\ngpu_memory = \"80G\"\n\n[enforcement]\ninterval = \"500ms\"\n\
      grace = \"2s\"\naction = \"cancel\"\nrequeue_near_oom = false\n"
         .to_string()
+}
+
+/// An 18G claim under a 16G quota with no hard limit: granted, then the watchdog cancels the job.
+fn claim_past_the_quota_unlimited(name: &str) -> u32 {
+    let dir = user_dir(name);
+    let client = client(&dir);
+    let script = format!("GPU=${{SLURM_JOB_GPUS%%,*}}; sleep 2; {client} claim $GPU 18 60");
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=16G"], &script);
+    assert!(
+        wait_until(Duration::from_secs(60), || job_field(job, "JobState")
+            == "CANCELLED"),
+        "job {job} is {}",
+        job_field(job, "JobState")
+    );
+    let out = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    assert!(out.contains("claim 18 G: 0"), "no limit refuses it: {out}");
+    let log = syslog();
+    assert!(
+        log.contains(&format!("job {job}: GPU memory 18G over its 16G quota")),
+        "{log}"
+    );
+    job
 }
 
 /// A stdlib-only client of the fake library: `claim GPU SIZE_GIB [HOLD_SECONDS]` (prints the NVML
@@ -134,18 +157,7 @@ fn without_the_function_the_watchdog_enforces_as_before_and_the_log_says_so() {
     )
     .unwrap();
     let _faults = Faults;
-    let dir = user_dir("hard-limit-absent");
-    let client = client(&dir);
-    let script = format!("GPU=${{SLURM_JOB_GPUS%%,*}}; sleep 2; {client} claim $GPU 18 60");
-    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=16G"], &script);
-    assert!(
-        wait_until(Duration::from_secs(60), || job_field(job, "JobState")
-            == "CANCELLED"),
-        "job {job} is {}",
-        job_field(job, "JobState")
-    );
-    let out = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
-    assert!(out.contains("claim 18 G: 0"), "no limit refuses it: {out}");
+    let job = claim_past_the_quota_unlimited("hard-limit-absent");
     let log = syslog();
     assert!(
         log.contains(&format!(
@@ -153,8 +165,21 @@ fn without_the_function_the_watchdog_enforces_as_before_and_the_log_says_so() {
         )) && log.contains("the watchdog alone enforces the quota"),
         "{log}"
     );
+}
+
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn switched_off_by_the_policy_the_watchdog_enforces_and_the_log_says_so() {
+    // The fake driver offers the function (no faults.toml): only the policy keeps it unset.
+    let _policy = install_policy(&format!("{}hard_limit = false\n", policy()));
+    let job = claim_past_the_quota_unlimited("hard-limit-off");
+    let log = syslog();
     assert!(
-        log.contains(&format!("job {job}: GPU memory 18G over its 16G quota")),
+        log.contains(&format!(
+            "job {job}: no hard limit (switched off by the policy: [enforcement] hard_limit = false): \
+             the watchdog alone enforces the quota"
+        )),
         "{log}"
     );
+    assert!(!log.contains(&format!("job {job}: hard limit in force")), "{log}");
 }
