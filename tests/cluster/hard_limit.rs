@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const FAKE_NVML: &str = "/var/lib/fake-nvml";
-
 fn policy() -> String {
     "[defaults]\ndefault = \"none\"\ngpu_memory = \"80G\"\n\n[enforcement]\ninterval = \"500ms\"\n\
      grace = \"2s\"\naction = \"cancel\"\nrequeue_near_oom = false\n"
@@ -78,8 +76,8 @@ struct Faults;
 
 impl Drop for Faults {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(Path::new(FAKE_NVML).join("faults.toml"));
-        let _ = std::fs::remove_file(Path::new(FAKE_NVML).join("faults.state"));
+        let _ = std::fs::remove_file(fake_nvml_dir().join("faults.toml"));
+        let _ = std::fs::remove_file(fake_nvml_dir().join("faults.state"));
     }
 }
 
@@ -143,7 +141,7 @@ fn a_claim_beyond_the_hard_limit_fails_for_that_job_alone() {
         "{log}"
     );
     // Cleared on the way out.
-    let limits = std::fs::read_to_string(Path::new(FAKE_NVML).join("limits").join(&gpu)).unwrap_or_default();
+    let limits = std::fs::read_to_string(fake_nvml_dir().join("limits").join(&gpu)).unwrap_or_default();
     assert!(!limits.contains(&format!("job_{job}")), "{limits}");
 }
 
@@ -152,7 +150,7 @@ fn a_claim_beyond_the_hard_limit_fails_for_that_job_alone() {
 fn without_the_function_the_watchdog_enforces_as_before_and_the_log_says_so() {
     let _policy = install_policy(&policy());
     std::fs::write(
-        Path::new(FAKE_NVML).join("faults.toml"),
+        fake_nvml_dir().join("faults.toml"),
         "memory_limits = \"absent\"\n",
     )
     .unwrap();
