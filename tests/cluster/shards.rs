@@ -33,7 +33,7 @@ fn line_of(dir: &std::path::Path, job: u32) -> Option<String> {
 
 fn cancel(jobs: &[u32]) {
     let ids: Vec<String> = jobs.iter().map(u32::to_string).collect();
-    let _ = std::process::Command::new("scancel")
+    let _ = lab_command("scancel")
         .args(&ids)
         .env("SLURM_CONF", slurm_conf())
         .status();
@@ -218,7 +218,7 @@ struct Qos(&'static str);
 
 impl Drop for Qos {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("sacctmgr")
+        let _ = lab_command("sacctmgr")
             .args([
                 "-i",
                 "modify",
@@ -229,7 +229,7 @@ impl Drop for Qos {
             ])
             .env("SLURM_CONF", slurm_conf())
             .status();
-        let _ = std::process::Command::new("sacctmgr")
+        let _ = lab_command("sacctmgr")
             .args(["-i", "delete", "qos", self.0])
             .env("SLURM_CONF", slurm_conf())
             .status();
@@ -298,7 +298,7 @@ fn an_accounts_grptres_budget_holds_its_jobs_in_gib() {
     struct Budget;
     impl Drop for Budget {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("sacctmgr")
+            let _ = lab_command("sacctmgr")
                 .args([
                     "-i",
                     "modify",
