@@ -16,17 +16,6 @@ fn policy(requeue_near_oom: bool) -> String {
     )
 }
 
-fn copy_example(dir: &Path) -> String {
-    let example = dir.join("train_loop.py");
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_loop.py"),
-        &example,
-    )
-    .unwrap();
-    run_checked(std::process::Command::new("chmod").arg("0755").arg(&example));
-    example.display().to_string()
-}
-
 /// 8G fixed; 512M per sample for three steps, then 1280M (long sequences): micro-batch 8 needs 18G
 /// at step 3, past the 16G the device grants, and fails holding 15.5G (97 % of the 16G quota:
 /// near-OOM). Micro-batch 4 needs 13G.

@@ -34,19 +34,13 @@ fn framework_caps_merge_with_what_the_user_set() {
 fn a_job_requeued_for_memory_restarts_with_hints_and_then_fits() {
     let _policy = install_policy(&policy());
     let dir = user_dir("hints-restart");
-    let example = dir.join("train_loop.py");
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_loop.py"),
-        &example,
-    )
-    .unwrap();
-    run_checked(std::process::Command::new("chmod").arg("0755").arg(&example));
+    let example = copy_example(&dir);
     let checkpoints = dir.join("checkpoints");
     // 20G fixed + 4G per sample: micro-batch 8 peaks at 52G, over the 40G quota.
     let script = format!(
         "env | grep '^GPU_MEM_QUOTA_' | sort; python3 {} --batch 8x8 --fixed 20G --per-sample 4G --steps 6 \
          --step-seconds 0.3 --checkpoint-dir {}",
-        example.display(),
+        example,
         checkpoints.display()
     );
     let job = sbatch_wait(

@@ -326,3 +326,16 @@ pub fn job_field(job: u32, key: &str) -> String {
         .unwrap_or(show.len());
     show[start..].split(' ').next().unwrap_or("").to_string()
 }
+
+/// examples/train_loop.py copied into the test's directory (readable and runnable by the test
+/// user); its path.
+pub fn copy_example(dir: &Path) -> String {
+    let example = dir.join("train_loop.py");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_loop.py"),
+        &example,
+    )
+    .unwrap();
+    run_checked(std::process::Command::new("chmod").arg("0755").arg(&example));
+    example.display().to_string()
+}
