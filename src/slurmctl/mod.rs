@@ -37,3 +37,12 @@ pub use job_json::JobEnd;
 pub(crate) use job_json::JobRecord;
 pub use run::SAFE_PATH;
 pub use tools::{Backoff, SlurmTools, JSON_JOB_READS_FROM};
+
+/// This node's name as Slurm's per-node job details name it: the short host name (`gpu01` of
+/// `gpu01.cluster`), Slurm's default NodeName.
+pub(crate) fn this_node() -> String {
+    match nix::unistd::gethostname() {
+        Ok(name) => name.to_string_lossy().split('.').next().unwrap_or("").to_string(),
+        Err(_) => "unknown".into(),
+    }
+}

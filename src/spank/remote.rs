@@ -415,7 +415,7 @@ fn plan(spank: &Spank) -> StepPlan {
             &policy,
             &who,
             gpu_total.map(ByteSize::from_bytes),
-            shards_on_node(spank, step),
+            shards_on_node(spank, &slurmctld, step, policy.as_ref().ok()),
         )?;
         let tuning = policy.as_ref().ok().map(|config| Tuning {
             frameworks: config.frameworks.clone(),
@@ -483,15 +483,33 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
     Some(launch::parse_gpu_list(&value).unwrap_or_default())
 }
 
-/// The job's `gres/shard` count on this node, in the batch step only: slurmd writes
-/// `SLURM_SHARDS_ON_NODE` there from the job's allocation. Any other step's environment was built by
-/// the user's own srun; there the watchdog holds the job to its shards (slurmctld's `gres_detail`).
-fn shards_on_node(spank: &Spank, step: u32) -> Option<u64> {
-    if step != BATCH_STEP {
-        return None;
+/// The job's `gres/shard` count on this node. In the batch step slurmd wrote
+/// `SLURM_SHARDS_ON_NODE` from the job's allocation. Any other step's environment was built by the
+/// user's own srun, so there the count is asked of slurmctld (`gres_detail`, one squeue per step
+/// and node), when the policy schedules by shards: the quota the step's tasks are told, and the
+/// framework caps set from it, are then the one the watchdog holds the job to.
+fn shards_on_node(
+    spank: &Spank,
+    slurmctld: &JobFromSlurmctld,
+    step: u32,
+    config: Option<&config::Config>,
+) -> Option<u64> {
+    if step == BATCH_STEP {
+        let value = spank.getenv("SLURM_SHARDS_ON_NODE").ok().flatten()?;
+        return value.trim().parse().ok();
     }
-    let value = spank.getenv("SLURM_SHARDS_ON_NODE").ok().flatten()?;
-    value.trim().parse().ok()
+    config?.scheduling.shard_unit?;
+    let job_id = slurmctld.job_id;
+    match slurm_tools(std::time::Duration::from_secs(5)).job_record(job_id) {
+        Ok(record) => record.shards_on(&crate::slurmctl::this_node()),
+        Err(e) => {
+            log::error(&format!(
+                "job {job_id}: cannot read the job's shards from slurmctld ({e}): the step is told \
+                 the quota without them; the watchdog holds the job to its shards"
+            ));
+            None
+        }
+    }
 }
 
 /// Who runs the job. The user from the job's uid (slurmstepd's, from the job credential). Account,

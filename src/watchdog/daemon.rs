@@ -222,7 +222,7 @@ impl Daemon {
         let me = write_pid_file(&dir, &mut log);
         sweep_leftovers(&policy, &mut log);
         let mut control = SlurmController::from_env(params.job_id);
-        let node = hostname();
+        let node = crate::slurmctl::this_node();
         let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
         let metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
 
@@ -874,13 +874,6 @@ fn write_inventory(runtime_dir: &Path, source: &NvmlSource, report: &mut LogRepo
         .collect();
     if let Err(e) = textfile::write_atomically(runtime_dir, runtime::INVENTORY_FILE, &text) {
         report.warning(&format!("cannot write the GPU inventory: {e}"));
-    }
-}
-
-fn hostname() -> String {
-    match nix::unistd::gethostname() {
-        Ok(name) => name.to_string_lossy().split('.').next().unwrap_or("").to_string(),
-        Err(_) => "unknown".into(),
     }
 }
 

@@ -207,6 +207,39 @@ fn a_quota_above_the_jobs_shards_is_lowered_to_them() {
     );
 }
 
+/// An srun step's environment is the user's own, so the node asks slurmctld for the job's shards
+/// there: the quota the step's tasks are told (and the framework caps made from it) is the one the watchdog
+/// holds them to: in a job run by srun alone, with a forged shard count in its environment, and in
+/// a step that asks more than its batch job's shards.
+#[test]
+#[ignore = "needs the dev cluster (slurm/dev-cluster start)"]
+fn an_srun_step_is_told_the_quota_of_its_jobs_shards() {
+    let _policy = install_policy(&policy(""));
+    let show = "echo quota=$GPU_MEM_QUOTA end";
+    let srun = as_user(
+        "srun",
+        &["--gres=shard:20", "sh", "-c", show],
+        &[("SLURM_SHARDS_ON_NODE", "80")],
+    );
+    let told = String::from_utf8_lossy(&srun.stdout);
+    assert!(
+        told.contains("quota=20G "),
+        "{told}{}",
+        String::from_utf8_lossy(&srun.stderr)
+    );
+    let dir = user_dir("shards-srun-step");
+    let job = sbatch_wait(
+        &dir,
+        &["--gres=shard:10"],
+        &format!("srun --gpu-mem-quota=40G sh -c '{show}'"),
+    );
+    assert!(job.output.contains("quota=10G "), "{}", job.output);
+    assert!(
+        slurmd_log().contains("--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G")
+            || syslog().contains("--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G")
+    );
+}
+
 /// sacctmgr as root; errors are the test's failure.
 fn sacctmgr(args: &[&str]) -> String {
     admin("sacctmgr", &[&["-i"][..], args].concat())
@@ -349,7 +382,7 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
     let dir = user_dir("shards-sacct");
     let job = sbatch_wait(
         &dir,
-        &["--gpu-mem-quota=40G"],
+        &["--account=physics", "--gpu-mem-quota=40G"],
         &format!("{CLAIM}; claim 20G; sleep 5"),
     );
     assert!(job.output.contains("shards=40 quota=40G"), "{}", job.output);
@@ -363,28 +396,73 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
     }));
     // 40 GiB at weight 1 and one CPU at weight 1 (TRESBillingWeights on the lab's partition).
     assert!(alloc.contains("billing=41"), "{alloc}");
-    // sreport takes gres/shard as the TRES to report in (its GiB). Whether its reports bill this
-    // job is not asserted: on a fresh database the job report printed nothing for a job that
-    // ended seconds before (CI, 2026-12-01), and the usage reports need slurmdbd's hourly rollup.
-    let sreport = admin(
-        "sreport",
-        &[
-            "-P",
-            "-t",
-            "seconds",
-            "job",
-            "SizesByAccount",
-            "-T",
-            "gres/shard",
-            "FlatView",
-            "accounts=physics",
-            "grouping=1000",
-            "start=now-2hours",
-            "end=now+1hour",
-        ],
-    );
-    // (`admin` fails the test on a non-zero exit: an unknown TRES is one.)
-    assert!(!sreport.to_lowercase().contains("error"), "sreport: {sreport:?}");
+    // sreport bills the account from the job records (its job reports need no hourly rollup):
+    // physics is charged at least this job's 40 shards, and its 41 billing units, times its run.
+    // slurmdbd learns the job's end a moment after sbatch returns: asked once sacct has it.
+    let sacct_field = |field: &str| {
+        admin(
+            "sacct",
+            &["-n", "-X", "-P", "-j", &job.id.to_string(), "-o", field],
+        )
+        .trim()
+        .to_string()
+    };
+    assert!(wait_until(Duration::from_secs(30), || sacct_field("State") == "COMPLETED"));
+    let elapsed: u64 = sacct_field("ElapsedRaw").parse().unwrap();
+    assert!(elapsed >= 5, "the job ran {elapsed} s");
+    let billed = |tres: &str| -> (u64, String) {
+        // A window of whole hours (sreport rounds to the nearest), well around the job.
+        let text = admin(
+            "sreport",
+            &[
+                "-n",
+                "-P",
+                "-t",
+                "seconds",
+                "job",
+                "SizesByAccount",
+                "-T",
+                tres,
+                "FlatView",
+                "accounts=physics",
+                "grouping=1000",
+                "start=now-2hours",
+                "end=now+1hour",
+            ],
+        );
+        // `cluster|physics|<0-999 TRES>|...`: other physics jobs in the window only add to it.
+        let seconds = text
+            .lines()
+            .find(|l| l.contains("|physics|"))
+            .and_then(|l| l.split('|').nth(2))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        (seconds, text)
+    };
+    for (tres, per_second) in [("gres/shard", 40), ("billing", 41)] {
+        let mut seen = String::new();
+        let charged = wait_until(Duration::from_secs(30), || {
+            let (seconds, text) = billed(tres);
+            seen = text;
+            seconds >= per_second * elapsed
+        });
+        let jobs = admin(
+            "sacct",
+            &[
+                "-X",
+                "-P",
+                "-S",
+                "now-3hours",
+                "-o",
+                "JobID,Account,Start,End,ElapsedRaw,AllocTRES",
+            ],
+        );
+        assert!(
+            charged,
+            "sreport -T {tres}: {seen:?}, want >= {} (the job ran {elapsed} s); sacct:\n{jobs}",
+            per_second * elapsed
+        );
+    }
     // `report -A` puts GiB-hours reserved against those used (the peak, held over the run).
     let report = as_user(
         &lab().join("bin/gpu-mem-quota").display().to_string(),
