@@ -54,6 +54,23 @@ pub struct JobEnd {
     pub node_count: u32,
 }
 
+#[cfg(test)]
+impl JobEnd {
+    /// A one-node sbatch job that may be requeued, FAILED with `exit_code` in its first run on `vm`.
+    pub(crate) fn failed_batch(exit_code: u32) -> JobEnd {
+        JobEnd {
+            state: JobState::Failed,
+            exit_code: Some(exit_code),
+            signal: 0,
+            batch_host: "vm".into(),
+            batch: true,
+            requeue: true,
+            restarts: 0,
+            node_count: 1,
+        }
+    }
+}
+
 impl JobRecord {
     /// The GPUs the job holds on `node` (a short host name); `None` when the node is not the
     /// job's, or slurmctld gave no per-node details to tell.
@@ -501,16 +518,7 @@ mod tests {
 
     #[test]
     fn how_a_job_ended() {
-        let want = JobEnd {
-            state: JobState::Failed,
-            exit_code: Some(3),
-            signal: 0,
-            batch_host: "vm".into(),
-            batch: true,
-            requeue: true,
-            restarts: 0,
-            node_count: 1,
-        };
+        let want = JobEnd::failed_batch(3);
         assert_eq!(parse_squeue_json(FAILED_2205, 1).unwrap().end, Some(want.clone()));
         assert_eq!(parse_squeue_json(FAILED_2311, 1).unwrap().end, Some(want));
         // Killed by a signal: the low bits of the wait status.

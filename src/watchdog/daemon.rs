@@ -454,9 +454,7 @@ impl Daemon {
                 .error(&format!("cannot remove {}: {e}", self.dir.display()));
         }
     }
-}
 
-impl Daemon {
     /// Takes the hard limit off the job's cgroup (where its run ended and the cgroup may be reused
     /// by the next run of the job, or where a v1 cgroup outlives its job).
     fn clear_hard_limit(&mut self) {

@@ -269,16 +269,7 @@ mod tests {
     const G: u64 = 1 << 30;
 
     fn failed(exit_code: u32) -> JobEnd {
-        JobEnd {
-            state: JobState::Failed,
-            exit_code: Some(exit_code),
-            signal: 0,
-            batch_host: "vm".into(),
-            batch: true,
-            requeue: true,
-            restarts: 0,
-            node_count: 1,
-        }
+        JobEnd::failed_batch(exit_code)
     }
 
     const ON: HealPolicy = HealPolicy {
