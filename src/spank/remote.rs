@@ -102,6 +102,11 @@ pub(crate) fn task_post_fork(spank: &Spank) -> Result<(), String> {
             return Ok(()); // an earlier step of this job started it
         }
     }
+    log::verbose(&format!(
+        "job {job}: starting its watchdog here (step {}, GPU(s) {})",
+        spank.step_id().map(|s| s.to_string()).unwrap_or_default(),
+        watch.params.gpus.join(",")
+    ));
     let env = spawn::clean_environment(std::env::var("SLURM_CONF").ok().as_deref());
     // A failure to start the watchdog must not fail the job: log it, the job runs unwatched.
     if let Err(e) = spawn::spawn_detached(&watch.program, &watch.params.to_args(), &env) {
@@ -316,20 +321,39 @@ pub(super) fn exit(spank: &Spank) -> Result<(), String> {
     }
     let job = spank.job_id().map_err(|e| e.to_string())?;
     let args = plugin_args(spank)?;
-    let Ok(policy) = config::load(&args.config) else {
-        return Ok(()); // no usable policy, no watchdog was started
+    let policy = match config::load(&args.config) {
+        Ok(policy) => policy,
+        Err(e) => {
+            // No usable policy: no watchdog was started by this plugin (one that was stops with
+            // its job: the job's cgroup empties).
+            log::verbose(&format!(
+                "job {job}: the policy is unusable ({e}): no watchdog to stop"
+            ));
+            return Ok(());
+        }
     };
     let runtime_dir = policy.enforcement.runtime_dir;
     if step == BATCH_STEP {
         record_at_job_end(job, &runtime_dir);
     }
-    match runtime::read_pid_file(&runtime_dir, job) {
+    let watchdog = runtime::read_pid_file(&runtime_dir, job);
+    match watchdog.map(|w| (w, signal(Path::new("/proc"), &w, libc::SIGTERM))) {
         // Through a pidfd, to the very process the pid file names (pid and start time).
-        Some(watchdog) if signal(Path::new("/proc"), &watchdog, libc::SIGTERM).is_ok() => {}
+        Some((watchdog, Ok(()))) => log::verbose(&format!(
+            "job {job}: stopping its watchdog (pid {})",
+            watchdog.pid
+        )),
         // Not running (it died, or never started): its files must not outlive the job, the
         // runtime directory nor the metrics file (node_exporter would export a dead job's last
         // sample for ever) nor its preemption registry entry.
-        _ => {
+        signalled => {
+            log::verbose(&format!(
+                "job {job}: no watchdog to stop ({}): removing its files",
+                match signalled {
+                    Some((w, Err(e))) => format!("pid {}: {e}", w.pid),
+                    _ => "no pid file".to_string(),
+                }
+            ));
             let _ = runtime::remove_job_dir(&runtime_dir, job);
             if let Some(dir) = &policy.metrics.textfile_dir {
                 let _ = crate::textfile::remove(dir, &crate::metrics::file_name(job));

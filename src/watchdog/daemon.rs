@@ -3,7 +3,7 @@
 //! Lifetime: it takes the job's lock (a second watchdog for the same job exits at once), records
 //! its pid, and runs until SIGTERM (the plugin, when the job ends on this node), until slurmctld
 //! says the job left RUNNING or was restarted (checked every 30 s, and every interval once it has
-//! acted), or until the job's cgroup on this node has no step left. On the way out it removes the
+//! acted), or until the job's cgroup on this node has no step left (`super::presence`, every 2 s). On the way out it removes the
 //! job's runtime directory: no file outlives the job.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +17,7 @@ use super::gpu::{GpuSource, NvmlSource, Recording};
 use super::hard_limit::{self, Answer, InForce, Outcome, Setter};
 use super::heal::{self, HealPolicy};
 use super::log::Log;
+use super::presence::{Presence, CHECK_EVERY};
 use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
 use crate::admission;
@@ -186,6 +187,8 @@ pub(crate) fn run(params: Params) -> ExitCode {
 }
 
 const PROC_ROOT: &str = "/proc";
+
+const JOB_LEFT: &str = "the job has no process left on this node (its cgroup): the watchdog stops";
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// A started watchdog: its job's lock held, its edges open.
@@ -210,6 +213,8 @@ struct Daemon {
     contender: Option<Contender>,
     /// The driver's hard limit set for the job's cgroup, cleared on the way out.
     hard_limit: Option<(Setter, InForce)>,
+    /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
+    presence: Presence,
 }
 
 impl Daemon {
@@ -220,6 +225,8 @@ impl Daemon {
         let (dir, lock) = take_job_lock(&settings, params.job_id, &mut log)?;
         install_signal_handlers();
         let me = write_pid_file(&dir, &mut log);
+        // First look at once, while the step that started this watchdog still runs.
+        let mut presence = Presence::of_own_job(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT));
         sweep_leftovers(&policy, &mut log);
         let mut control = SlurmController::from_env(params.job_id);
         let node = crate::slurmctl::this_node();
@@ -243,7 +250,7 @@ impl Daemon {
             last_status: None,
             last_written: None,
         };
-        let source = open_nvml(&settings, &gpus, &mut control, &mut reporter);
+        let source = open_nvml(&settings, &gpus, &mut control, &mut presence, &mut reporter);
         let quota = match (&allocation, &source) {
             (Ok(record), Some(source)) => {
                 let (quota, changed) =
@@ -258,9 +265,13 @@ impl Daemon {
         let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
             .with_prediction(policy.prediction.clone());
         let hard_limit = match (&source, quota) {
-            (Some(source), Some(quota)) if settings.hard_limit => {
-                set_hard_limit(&settings.nvml_library, source, quota.bytes(), &mut reporter)
-            }
+            (Some(source), Some(quota)) if settings.hard_limit => set_hard_limit(
+                &settings.nvml_library,
+                source,
+                presence.job_dir(),
+                quota.bytes(),
+                &mut reporter,
+            ),
             (Some(_), Some(_)) => {
                 reporter.info(&Outcome::SwitchedOff.log_line());
                 None
@@ -317,6 +328,7 @@ impl Daemon {
             attributor,
             contender,
             hard_limit,
+            presence,
         })
     }
 
@@ -384,6 +396,10 @@ impl Daemon {
                         .reporter
                         .warning(&format!("cannot check the job with slurmctld: {e}")),
                 }
+            }
+            if self.presence.job_left(Instant::now()) {
+                self.reporter.info(JOB_LEFT);
+                break;
             }
             if sleep_or_stop(jitter.around(self.settings.interval)) {
                 break;
@@ -478,6 +494,7 @@ impl Daemon {
 fn set_hard_limit(
     library: &Path,
     source: &NvmlSource,
+    job_cgroup: Option<&Path>,
     quota: u64,
     report: &mut LogReporter,
 ) -> Option<(Setter, InForce)> {
@@ -488,8 +505,7 @@ fn set_hard_limit(
             return None;
         }
     };
-    let own = std::process::id();
-    let Some(cgroup) = attribute::job_cgroup(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), own) else {
+    let Some(cgroup) = job_cgroup else {
         let why = "the job's cgroup cannot be found from the watchdog's own".to_string();
         report.info(&Outcome::Failed(why).log_line());
         return None;
@@ -499,17 +515,17 @@ fn set_hard_limit(
         .into_iter()
         .map(|(gpu, device)| Answer {
             gpu,
-            code: setter.set(device, &cgroup.dir, quota, quota),
+            code: setter.set(device, cgroup, quota, quota),
         })
         .collect();
-    let outcome = hard_limit::outcome(&cgroup.dir, quota, &answers);
+    let outcome = hard_limit::outcome(cgroup, quota, &answers);
     report.info(&outcome.log_line());
     match outcome {
         Outcome::InForce(in_force) => Some((setter, in_force)),
         Outcome::NotOffered(_) | Outcome::Failed(_) | Outcome::SwitchedOff => {
             // A limit some GPUs took and another refused is taken off again: one path only.
             for (_, device) in source.listed_handles() {
-                let _ = setter.set(device, &cgroup.dir, 0, hard_limit::LIMIT_MAX);
+                let _ = setter.set(device, cgroup, 0, hard_limit::LIMIT_MAX);
             }
             None
         }
@@ -732,6 +748,7 @@ fn open_nvml(
     settings: &config::Enforcement,
     gpus: &[String],
     control: &mut SlurmController,
+    presence: &mut Presence,
     report: &mut LogReporter,
 ) -> Option<NvmlSource> {
     let mut attempt = 0;
@@ -760,8 +777,16 @@ fn open_nvml(
                         "{e}: the job runs unchecked until NVML answers (retrying with backoff)"
                     ));
                 }
-                if sleep_or_stop(backoff(attempt)) {
-                    return None;
+                // The backoff grows to a minute: the job's end here is looked for meanwhile.
+                let retry_at = Instant::now() + backoff(attempt);
+                while let Some(left) = retry_at.checked_duration_since(Instant::now()) {
+                    if sleep_or_stop(left.min(CHECK_EVERY)) {
+                        return None;
+                    }
+                    if presence.job_left(Instant::now()) {
+                        report.info(JOB_LEFT);
+                        return None;
+                    }
                 }
                 attempt += 1;
                 if last_check.elapsed() >= Duration::from_secs(30) {

@@ -18,6 +18,7 @@ pub mod heal;
 pub mod ladder;
 pub mod leftovers;
 pub(crate) mod log;
+pub mod presence;
 mod shared_record;
 pub mod status;
 

@@ -229,6 +229,36 @@ fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
     assert_cleaned_up(cpu_only.id);
 }
 
+/// A watchdog the plugin cannot stop at the job's end (its pid file lost: the exit hook has no one
+/// to signal) ends with its job all the same, within seconds: the job's cgroup has no process left.
+/// While watching, and while it waits for an NVML that cannot be loaded.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_watchdog_no_signal_reaches_still_ends_with_its_job() {
+    for nvml in ["", "nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"] {
+        let _policy = install_policy(&policy(nvml));
+        let dir = user_dir("wd-unsignalled");
+        let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], "sleep 8");
+        let pid_file = runtime_dir()
+            .join("jobs")
+            .join(job.to_string())
+            .join("watchdog.pid");
+        assert!(
+            wait_until(Duration::from_secs(30), || !watchdog_pids(job).is_empty()
+                && pid_file.exists()),
+            "job {job}: no watchdog"
+        );
+        std::fs::remove_file(&pid_file).unwrap();
+        assert!(wait_until(Duration::from_secs(40), || job_field(job, "JobState")
+            == "COMPLETED"));
+        // The slurmctld check would end it too, but only every 30 s.
+        assert_cleaned_up(job);
+        assert!(syslog().contains(&format!(
+            "job {job}: the job has no process left on this node (its cgroup): the watchdog stops"
+        )));
+    }
+}
+
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn nvml_faults_never_harm_the_job() {
