@@ -3,8 +3,8 @@
 //! Lifetime: it takes the job's lock (a second watchdog for the same job exits at once), records
 //! its pid, and runs until SIGTERM (the plugin, when the job ends on this node), until slurmctld
 //! says the job left RUNNING or was restarted (checked every 30 s, and every interval once it has
-//! acted), or until the job's cgroup on this node has no step left (`super::presence`, every 2 s). On the way out it removes the
-//! job's runtime directory: no file outlives the job.
+//! acted), or until the job's cgroup on this node has no step left (`super::presence`, every
+//! 2 s). On the way out it removes the job's runtime directory: no file outlives the job.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
