@@ -17,7 +17,7 @@ use super::gpu::{GpuSource, NvmlSource, Recording};
 use super::hard_limit::{self, Answer, InForce, Outcome, Setter};
 use super::heal::{self, HealPolicy};
 use super::log::Log;
-use super::presence::{Presence, CHECK_EVERY};
+use super::presence::{Check, Presence, CHECK_EVERY};
 use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
 use crate::admission;
@@ -188,7 +188,27 @@ pub(crate) fn run(params: Params) -> ExitCode {
 
 const PROC_ROOT: &str = "/proc";
 
-const JOB_LEFT: &str = "the job has no process left on this node (its cgroup): the watchdog stops";
+/// Whether the job's run here is over ([`Presence::check`]; slurmctld asked only when the job's
+/// steps here are empty), logged.
+fn left_node(
+    presence: &mut Presence,
+    control: &mut dyn Controller,
+    run: Option<u32>,
+    report: &mut dyn Reporter,
+) -> bool {
+    let runs_on = || still_running(control, run).map_err(|e| e.to_string());
+    match presence.check(Instant::now(), runs_on) {
+        Check::Here => false,
+        Check::HereBut(line) => {
+            report.warning(&line);
+            false
+        }
+        Check::Left => {
+            report.info("the job has no process left on this node (its cgroup): the watchdog stops");
+            true
+        }
+    }
+}
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// A started watchdog: its job's lock held, its edges open.
@@ -397,8 +417,12 @@ impl Daemon {
                         .warning(&format!("cannot check the job with slurmctld: {e}")),
                 }
             }
-            if self.presence.job_left(Instant::now()) {
-                self.reporter.info(JOB_LEFT);
+            if left_node(
+                &mut self.presence,
+                &mut self.control,
+                self.watchdog.run(),
+                &mut self.reporter,
+            ) {
                 break;
             }
             if sleep_or_stop(jitter.around(self.settings.interval)) {
@@ -783,8 +807,7 @@ fn open_nvml(
                     if sleep_or_stop(left.min(CHECK_EVERY)) {
                         return None;
                     }
-                    if presence.job_left(Instant::now()) {
-                        report.info(JOB_LEFT);
+                    if left_node(presence, control, None, report) {
                         return None;
                     }
                 }

@@ -4,10 +4,15 @@
 //! was killed), within [`CHECK_EVERY`] rather than at the next slurmctld check (30 s).
 //!
 //! The job's cgroup is the watchdog's own (the plugin starts it inside, the kernel says which:
-//! [`attribute::job_cgroup`]); the job has left once none of its steps has a process other than the
-//! watchdog ([`attribute::job_active_on_node`]). Only a job seen active once is taken as gone: a
+//! [`attribute::job_cgroup`]); the job may have left once none of its steps has a process other than
+//! the watchdog ([`attribute::job_active_on_node`]). Only a job seen active once is taken as gone: a
 //! watchdog may start before the first task is in its step's cgroup. A cgroup that cannot be read
 //! keeps the watchdog watching: stopping on a doubt would leave the job unwatched.
+//!
+//! Empty steps are not proof: where Slurm makes a step's v1 directories the user's (22.05), a job
+//! can move all its processes into a cgroup of its own below another job's step. So the caller asks
+//! slurmctld before it stops ([`Presence::recheck_after`] holds the next look off while slurmctld
+//! says the job runs).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -16,6 +21,22 @@ use crate::attribute;
 
 /// How often the job's cgroup is looked at: a few directory reads each time.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// How long the next look waits once slurmctld has said twice that a job with empty steps runs
+/// on: its processes were moved out of its steps, and slurmctld is not to be asked every 2 s. (The
+/// first time may be the moment between the job's last process and slurmctld hearing of it.)
+pub const RECHECK_AFTER_DENIAL: Duration = Duration::from_secs(30);
+
+/// What a [`Presence::check`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Check {
+    /// The job runs here, or it cannot be told otherwise: watch on.
+    Here,
+    /// Its steps here are empty and slurmctld says this run is over: stop.
+    Left,
+    /// Watch on, and log this warning.
+    HereBut(String),
+}
 
 /// The job's presence on this node, as its cgroup shows it.
 #[derive(Debug)]
@@ -26,6 +47,10 @@ pub struct Presence {
     own_pid: u32,
     seen_active: bool,
     last_check: Option<Instant>,
+    /// The earliest next look, after slurmctld said the job runs on.
+    held_off_until: Option<Instant>,
+    /// How many times slurmctld has said so.
+    denials: u32,
 }
 
 impl Presence {
@@ -45,6 +70,8 @@ impl Presence {
             own_pid,
             seen_active: false,
             last_check: None,
+            held_off_until: None,
+            denials: 0,
         };
         presence.look(Instant::now());
         presence
@@ -55,10 +82,11 @@ impl Presence {
         self.job_dir.as_deref()
     }
 
-    /// Whether the job has left this node: seen active before, and no step has a process now.
-    /// Looks at most every [`CHECK_EVERY`] (`now` tells); in between, `false`.
+    /// Whether the job may have left this node: seen active before, and no step has a process
+    /// now. Looks at most every [`CHECK_EVERY`] (`now` tells), and not before a hold-off
+    /// ([`Presence::recheck_after`]); in between, `false`.
     pub fn job_left(&mut self, now: Instant) -> bool {
-        if self.job_dir.is_none() {
+        if self.job_dir.is_none() || self.held_off_until.is_some_and(|until| now < until) {
             return false;
         }
         if self
@@ -68,6 +96,43 @@ impl Presence {
             return false;
         }
         self.look(now) == Some(false) && self.seen_active
+    }
+
+    /// slurmctld says the job runs on although its steps here are empty (or could not say): the
+    /// next look comes after [`CHECK_EVERY`] the first time, [`RECHECK_AFTER_DENIAL`] after.
+    /// Returns whether this is the second time: the one to say (processes moved out of the steps).
+    pub fn recheck_after(&mut self, now: Instant) -> bool {
+        self.denials += 1;
+        let pause = if self.denials == 1 {
+            CHECK_EVERY
+        } else {
+            RECHECK_AFTER_DENIAL
+        };
+        self.held_off_until = Some(now + pause);
+        self.denials == 2
+    }
+
+    /// Whether the job's run here is over: its steps hold no process ([`Presence::job_left`]) and
+    /// `runs_on` (slurmctld: is this run still running? asked only then) says no. While slurmctld
+    /// says it runs, the watch goes on, said once (at the second answer: the first may come before
+    /// slurmctld has heard of the job's end); where slurmctld cannot say, the watch goes on too.
+    pub fn check(&mut self, now: Instant, runs_on: impl FnOnce() -> Result<bool, String>) -> Check {
+        if !self.job_left(now) {
+            return Check::Here;
+        }
+        match runs_on() {
+            Ok(false) => Check::Left,
+            Ok(true) if self.recheck_after(now) => Check::HereBut(
+                "the job's steps on this node hold no process, yet slurmctld says it runs (its \
+                 processes were moved out of its cgroup?): watching on"
+                    .to_string(),
+            ),
+            Ok(true) => Check::Here,
+            Err(e) => {
+                self.recheck_after(now);
+                Check::HereBut(format!("cannot check the job with slurmctld: {e}"))
+            }
+        }
     }
 
     /// One look at the job's cgroup: whether a step has a process; `None` where it cannot tell.
@@ -121,6 +186,53 @@ mod tests {
         assert!(!presence.job_left(t0 + CHECK_EVERY));
         fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
         assert!(presence.job_left(t0 + 2 * CHECK_EVERY));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn once_slurmctld_says_the_job_runs_the_next_look_waits() {
+        let dir = job_dir("denied");
+        fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let t0 = Instant::now();
+        fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
+        // The first denial may be slurmctld not knowing yet: looked at again soon.
+        let t1 = t0 + CHECK_EVERY;
+        assert!(presence.job_left(t1));
+        assert!(!presence.recheck_after(t1));
+        let t2 = t1 + CHECK_EVERY;
+        assert!(presence.job_left(t2));
+        assert!(presence.recheck_after(t2), "the second one is said");
+        assert!(!presence.job_left(t2 + 3 * CHECK_EVERY));
+        assert!(presence.job_left(t2 + RECHECK_AFTER_DENIAL));
+        assert!(!presence.recheck_after(t2 + RECHECK_AFTER_DENIAL), "said once");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn empty_steps_end_the_watch_only_when_slurmctld_says_the_run_is_over() {
+        let dir = job_dir("check");
+        fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let t0 = Instant::now();
+        let never = || -> Result<bool, String> { panic!("slurmctld asked while the job runs here") };
+        assert_eq!(presence.check(t0 + CHECK_EVERY, never), Check::Here);
+        // Its processes moved out of its steps: slurmctld says it runs, twice; said the second time.
+        fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
+        let t1 = t0 + 2 * CHECK_EVERY;
+        assert_eq!(presence.check(t1, || Ok(true)), Check::Here);
+        let t2 = t1 + CHECK_EVERY;
+        assert!(
+            matches!(presence.check(t2, || Ok(true)), Check::HereBut(l) if l.contains("yet slurmctld says it runs"))
+        );
+        // slurmctld out of reach: watched on, said.
+        let t3 = t2 + RECHECK_AFTER_DENIAL;
+        assert_eq!(
+            presence.check(t3, || Err("Unable to contact slurm controller".into())),
+            Check::HereBut("cannot check the job with slurmctld: Unable to contact slurm controller".into())
+        );
+        let t4 = t3 + RECHECK_AFTER_DENIAL;
+        assert_eq!(presence.check(t4, || Ok(false)), Check::Left);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -591,6 +591,84 @@ fn v1_step_dirs(uid: u32, job: u32, step: &str) -> Vec<PathBuf> {
     dirs
 }
 
+/// F8's cgroup backstop is no way out: job A moves every process of its own out of its steps (on
+/// Slurm 22.05 the user may, into a cgroup they make below another of their jobs' steps). Its
+/// watchdog watches on (where the steps read empty, because slurmctld says A runs) and cancels it
+/// over its quota. The backstop's own rule is unit-tested (watchdog::presence).
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn f8_emptying_its_steps_does_not_stop_a_jobs_watchdog() {
+    if !Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        eprintln!("skipped: not a cgroup v1 node");
+        return;
+    }
+    let _policy = install_policy(&policy("action = \"cancel\"\n"));
+    let dir = user_dir("sec-f8-empty");
+    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
+    let b = sbatch(&dir, &["--gres=gpu:1"], "sleep 120");
+    let mut moved_out = MovedOut { dirs: Vec::new(), b };
+    assert!(
+        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
+            .is_empty()),
+        "job {b}: no step cgroup"
+    );
+    let Some(b_step) = v1_step_dirs(uid, b, "step_batch")
+        .into_iter()
+        .find(|d| d.starts_with("/sys/fs/cgroup/freezer"))
+    else {
+        panic!("job {b}: no freezer step cgroup")
+    };
+    if std::fs::metadata(&b_step).unwrap().uid() == 0 {
+        eprintln!("skipped: Slurm's step cgroups are root's here: the user cannot make one to move into");
+        return;
+    }
+    moved_out.dirs.push(b_step.join("x"));
+    // Every process of the user's in A's freezer steps moves to job_B/step_batch/x (root's extern
+    // sleep cannot); then A's script allocates 20G of its 8G quota.
+    let script = format!(
+        "X={x}; J=${{X%/job_*}}/job_$SLURM_JOB_ID; GPU=${{SLURM_JOB_GPUS%%,*}}; mkdir -p $X; \
+         for i in 1 2 3; do for p in $(cat $J/step_*/cgroup.procs $J/step_*/*/cgroup.procs 2>/dev/null); do \
+         echo $p > $X/cgroup.procs 2>/dev/null; done; done; \
+         left=$(cat $J/step_*/cgroup.procs $J/step_*/*/cgroup.procs 2>/dev/null); mine=0; \
+         for p in $left; do [ \"$(stat -c %u /proc/$p 2>/dev/null)\" = $UID ] && mine=$((mine+1)); done; \
+         echo left=$(echo $left | wc -w) mine=$mine; \
+         sleep 8; echo 20G > {FAKE_PROCS}/$GPU/$$; sleep 60; echo not-stopped",
+        x = b_step.join("x").display()
+    );
+    let a = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], &script);
+    let cancelled = |lines: &[String]| {
+        lines
+            .iter()
+            .any(|l| l.contains("over its 8G quota") && l.contains("cancelled"))
+    };
+    // (Its moved processes outlive the cancellation, outside its cgroup: the job stays COMPLETING
+    // until they are killed below; the watchdog's word is the outcome.)
+    assert!(
+        wait_until(Duration::from_secs(60), || cancelled(&watchdog_lines(a))),
+        "job {a} was not enforced: {}; {:#?}",
+        state(a),
+        watchdog_lines(a)
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{a}.out"))).unwrap_or_default();
+    assert!(
+        output.contains(" mine=0"),
+        "job {a} did not move its processes: {output}"
+    );
+    // With PrologFlags=Contain the extern step's sleep is root's and stays: then the steps never
+    // read empty. Where they did, the watchdog said why it watched on.
+    if output.contains("left=0 ") {
+        assert!(
+            watchdog_lines(a)
+                .iter()
+                .any(|l| l.contains("yet slurmctld says it runs")),
+            "job {a}: {:#?}",
+            watchdog_lines(a)
+        );
+    }
+    eprintln!("f8: job {a}: {}", output.lines().next().unwrap_or(""));
+    drop(moved_out);
+}
+
 /// F2 (L3, cgroup v1): a GPU process that job A moves into a child cgroup it made below another of
 /// its user's jobs (B), in the freezer hierarchy or in every Slurm hierarchy, still counts for A.
 #[test]
