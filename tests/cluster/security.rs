@@ -591,6 +591,20 @@ fn v1_step_dirs(uid: u32, job: u32, step: &str) -> Vec<PathBuf> {
     dirs
 }
 
+/// Job B, the user's other job whose batch step's cgroups job A moves processes into; running,
+/// with its step cgroups made. Returns the user's uid and B's cleanup.
+fn another_job_to_move_into(dir: &Path) -> (u32, MovedOut) {
+    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
+    let b = sbatch(dir, &["--gres=gpu:1"], "sleep 120");
+    let moved_out = MovedOut { dirs: Vec::new(), b };
+    assert!(
+        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
+            .is_empty()),
+        "job {b}: no step cgroup"
+    );
+    (uid, moved_out)
+}
+
 /// F8's cgroup backstop is no way out: job A moves every process of its own out of its steps (on
 /// Slurm 22.05 the user may, into a cgroup they make below another of their jobs' steps). Its
 /// watchdog watches on (where the steps read empty, because slurmctld says A runs) and cancels it
@@ -604,14 +618,8 @@ fn f8_emptying_its_steps_does_not_stop_a_jobs_watchdog() {
     }
     let _policy = install_policy(&policy("action = \"cancel\"\n"));
     let dir = user_dir("sec-f8-empty");
-    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
-    let b = sbatch(&dir, &["--gres=gpu:1"], "sleep 120");
-    let mut moved_out = MovedOut { dirs: Vec::new(), b };
-    assert!(
-        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
-            .is_empty()),
-        "job {b}: no step cgroup"
-    );
+    let (uid, mut moved_out) = another_job_to_move_into(&dir);
+    let b = moved_out.b;
     let Some(b_step) = v1_step_dirs(uid, b, "step_batch")
         .into_iter()
         .find(|d| d.starts_with("/sys/fs/cgroup/freezer"))
@@ -681,14 +689,8 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
     let t0 = Instant::now();
     let _policy = install_policy(&policy("action = \"cancel\"\n"));
     let dir = user_dir("sec-f2");
-    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
-    let b = sbatch(&dir, &["--gres=gpu:1"], "sleep 120");
-    let mut moved_out = MovedOut { dirs: Vec::new(), b };
-    assert!(
-        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
-            .is_empty()),
-        "job {b}: no step cgroup"
-    );
+    let (uid, mut moved_out) = another_job_to_move_into(&dir);
+    let b = moved_out.b;
     let owner = |p: &Path| std::fs::metadata(p).map(|m| m.uid()).unwrap_or(u32::MAX);
     let steps = v1_step_dirs(uid, b, "step_batch");
     if steps.iter().all(|step| owner(step) == 0) {
