@@ -380,6 +380,15 @@ fn an_accounts_grptres_budget_holds_its_jobs_in_gib() {
 fn accounting_shows_and_bills_a_40g_jobs_shards() {
     let _policy = install_policy(&policy(""));
     let dir = user_dir("shards-sacct");
+    // sreport counts whole hours (below): the job is kept within one.
+    let into_hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        % 3600;
+    if into_hour > 3600 - 40 {
+        std::thread::sleep(Duration::from_secs(3600 - into_hour + 1));
+    }
     let job = sbatch_wait(
         &dir,
         &["--account=physics", "--gpu-mem-quota=40G"],
@@ -399,6 +408,7 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
     // sreport bills the account from the job records (its job reports need no hourly rollup):
     // physics is charged at least this job's 40 shards, and its 41 billing units, times its run.
     // slurmdbd learns the job's end a moment after sbatch returns: asked once sacct has it.
+    // (sacct and sreport both speak local time.)
     let sacct_field = |field: &str| {
         admin(
             "sacct",
@@ -410,8 +420,12 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
     assert!(wait_until(Duration::from_secs(30), || sacct_field("State") == "COMPLETED"));
     let elapsed: u64 = sacct_field("ElapsedRaw").parse().unwrap();
     assert!(elapsed >= 5, "the job ran {elapsed} s");
+    let start = sacct_field("Start");
+    let hour_of_job = format!("start={}:00:00", &start[..13]);
     let billed = |tres: &str| -> (u64, String) {
-        // A window of whole hours (sreport rounds to the nearest), well around the job.
+        // sreport moves `end` back to now and rounds both ends to the nearest hour, then makes a
+        // window shorter than an hour one hour long: from the hour the job ran in, to now, is
+        // that hour whatever the minute (`end=now+1hour` lost the current hour before :30).
         let text = admin(
             "sreport",
             &[
@@ -426,8 +440,8 @@ fn accounting_shows_and_bills_a_40g_jobs_shards() {
                 "FlatView",
                 "accounts=physics",
                 "grouping=1000",
-                "start=now-2hours",
-                "end=now+1hour",
+                &hour_of_job,
+                "end=now",
             ],
         );
         // `cluster|physics|<0-999 TRES>|...`: other physics jobs in the window only add to it.
