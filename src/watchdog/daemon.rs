@@ -172,22 +172,6 @@ fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<bool,
     Ok(job.is_running() && run.is_none_or(|r| r == job.restarts))
 }
 
-/// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
-/// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
-/// sample, decide, act, record and write the metrics; then leave, removing what it made.
-pub(crate) fn run(params: Params) -> ExitCode {
-    let mut daemon = match Daemon::start(params) {
-        Ok(daemon) => daemon,
-        Err(code) => return code,
-    };
-    daemon.watch();
-    daemon.heal();
-    daemon.leave();
-    ExitCode::SUCCESS
-}
-
-const PROC_ROOT: &str = "/proc";
-
 /// Whether the job's run here is over ([`Presence::check`]; slurmctld asked only when the job's
 /// steps here are empty), logged.
 fn left_node(
@@ -209,6 +193,22 @@ fn left_node(
         }
     }
 }
+
+/// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
+/// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
+/// sample, decide, act, record and write the metrics; then leave, removing what it made.
+pub(crate) fn run(params: Params) -> ExitCode {
+    let mut daemon = match Daemon::start(params) {
+        Ok(daemon) => daemon,
+        Err(code) => return code,
+    };
+    daemon.watch();
+    daemon.heal();
+    daemon.leave();
+    ExitCode::SUCCESS
+}
+
+const PROC_ROOT: &str = "/proc";
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// A started watchdog: its job's lock held, its edges open.

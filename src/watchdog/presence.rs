@@ -46,9 +46,9 @@ pub struct Presence {
     /// The watchdog itself, which may live in a step's cgroup (v2) and is not the job's.
     own_pid: u32,
     seen_active: bool,
-    last_check: Option<Instant>,
-    /// The earliest next look, after slurmctld said the job runs on.
-    held_off_until: Option<Instant>,
+    /// The earliest next look: [`CHECK_EVERY`] after the last, later after slurmctld said the job
+    /// runs on.
+    next_look: Option<Instant>,
     /// How many times slurmctld has said so.
     denials: u32,
 }
@@ -69,8 +69,7 @@ impl Presence {
             job_dir,
             own_pid,
             seen_active: false,
-            last_check: None,
-            held_off_until: None,
+            next_look: None,
             denials: 0,
         };
         presence.look(Instant::now());
@@ -86,13 +85,7 @@ impl Presence {
     /// now. Looks at most every [`CHECK_EVERY`] (`now` tells), and not before a hold-off
     /// ([`Presence::recheck_after`]); in between, `false`.
     pub fn job_left(&mut self, now: Instant) -> bool {
-        if self.job_dir.is_none() || self.held_off_until.is_some_and(|until| now < until) {
-            return false;
-        }
-        if self
-            .last_check
-            .is_some_and(|last| now.saturating_duration_since(last) < CHECK_EVERY)
-        {
+        if self.next_look.is_some_and(|next| now < next) {
             return false;
         }
         self.look(now) == Some(false) && self.seen_active
@@ -103,12 +96,9 @@ impl Presence {
     /// Returns whether this is the second time: the one to say (processes moved out of the steps).
     pub fn recheck_after(&mut self, now: Instant) -> bool {
         self.denials += 1;
-        let pause = if self.denials == 1 {
-            CHECK_EVERY
-        } else {
-            RECHECK_AFTER_DENIAL
-        };
-        self.held_off_until = Some(now + pause);
+        if self.denials > 1 {
+            self.next_look = Some(now + RECHECK_AFTER_DENIAL);
+        }
         self.denials == 2
     }
 
@@ -138,7 +128,7 @@ impl Presence {
     /// One look at the job's cgroup: whether a step has a process; `None` where it cannot tell.
     fn look(&mut self, now: Instant) -> Option<bool> {
         let dir = self.job_dir.as_ref()?;
-        self.last_check = Some(now);
+        self.next_look = Some(now + CHECK_EVERY);
         let active = attribute::job_active_on_node(dir, &[self.own_pid]).ok()?;
         self.seen_active |= active;
         Some(active)
