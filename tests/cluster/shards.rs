@@ -40,6 +40,12 @@ fn tres_per_node(job: u32) -> String {
         .to_string()
 }
 
+/// Whether the node said it lowered a 40G quota to the job's 10 shards (slurmd's log or syslog).
+fn said_40g_lowered_to_10_shards() -> bool {
+    let line = "--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G";
+    slurmd_log().contains(line) || syslog().contains(line)
+}
+
 fn cancel(jobs: &[u32]) {
     let ids: Vec<String> = jobs.iter().map(u32::to_string).collect();
     let _ = lab_command("scancel")
@@ -201,16 +207,13 @@ fn a_quota_above_the_jobs_shards_is_lowered_to_them() {
     );
     assert!(wait_until(Duration::from_secs(20), || syslog()
         .contains(&format!("job {job}: watching GPU(s) "))));
-    assert!(
-        slurmd_log().contains("--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G")
-            || syslog().contains("--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G")
-    );
+    assert!(said_40g_lowered_to_10_shards());
 }
 
 /// An srun step's environment is the user's own, so the node asks slurmctld for the job's shards
-/// there: the quota the step's tasks are told (and the framework caps made from it) is the one the watchdog
-/// holds them to: in a job run by srun alone, with a forged shard count in its environment, and in
-/// a step that asks more than its batch job's shards.
+/// there: the quota the step's tasks are told (and the framework caps made from it) is the one the
+/// watchdog holds them to: in a job run by srun alone, with a forged shard count in its
+/// environment, and in a step that asks more than its batch job's shards.
 #[test]
 #[ignore = "needs the dev cluster (slurm/dev-cluster start)"]
 fn an_srun_step_is_told_the_quota_of_its_jobs_shards() {
@@ -234,10 +237,7 @@ fn an_srun_step_is_told_the_quota_of_its_jobs_shards() {
         &format!("srun --gpu-mem-quota=40G sh -c '{show}'"),
     );
     assert!(job.output.contains("quota=10G "), "{}", job.output);
-    assert!(
-        slurmd_log().contains("--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G")
-            || syslog().contains("--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G")
-    );
+    assert!(said_40g_lowered_to_10_shards());
 }
 
 /// sacctmgr as root; errors are the test's failure.
