@@ -12,7 +12,13 @@ use gpu_mem_quota::slurmctl::{Backoff, CtlError, Refusal, SlurmTools, SAFE_PATH}
 /// squeue's line for job 42 (`SQUEUE_FORMAT`).
 const SQUEUE_42: &str = "42|alice|2001|100|physics|normal|RUNNING|1|1|1|2026-11-30T05:48:03|gpu|vm|1|";
 
-const RECORD_42: &str = "JobId=42 JobName=wrap UserId=alice(2001) GroupId=alice(2001) MCS_label=N/A Priority=100 Nice=0 Account=physics QOS=normal JobState=RUNNING Reason=None Dependency=(null) Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:01:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-30T05:48:02 EligibleTime=2026-11-30T05:48:02 AccrueTime=2026-11-30T05:48:02 StartTime=2026-11-30T05:48:03 EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 LastSchedEval=2026-11-30T05:48:02 Scheduler=Main Partition=gpu AllocNode:Sid=login:1 ReqNodeList=(null) ExcNodeList=(null) NodeList=vm BatchHost=vm NumNodes=1 NumCPUs=1 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) Command=/home/alice/run me.sh WorkDir=/home/alice AdminComment=note by ops  StdErr=/tmp/o StdIn=/dev/null StdOut=/tmp/o Power= ";
+/// squeue's line for job 42's whole record (`RECORD_FORMAT`), with an AdminComment.
+const RECORD_42: &str = "42|alice|2001|100|physics|normal|RUNNING|1|1|1|2026-11-30T05:48:03|gpu|vm|1|0|vm|gres:shard:8|cpu=1,gres/shard=8|N/A|note by ops|";
+
+/// The `--Format` of [`RECORD_42`].
+const RECORD_FORMAT: &str = "--Format=JobID:|,UserName:|,UserID:|,PriorityLong:|,Account:|,QOS:|,State:|,\
+Requeue:|,RestartCnt:|,BatchFlag:|,StartTime:|,Partition:|,NodeList:|,NumNodes:|,\
+exit_code:|,BatchHost:|,tres-per-node:|,tres-alloc:|,HetJobId:|,admin_comment:|";
 
 /// How long a fake that must not hang may take, generously (the machine may be busy).
 const PROMPT: Duration = Duration::from_secs(5);
@@ -141,9 +147,12 @@ fn job_asks_squeue_for_text_free_columns_only() {
 #[test]
 fn admin_comment_passes_exact_argv_and_reads_the_record() {
     let fakes = Fakes::new("show");
-    fakes.write("scontrol", &format!("echo '{RECORD_42}'"));
+    fakes.write("squeue", &format!("echo '{RECORD_42}'"));
     let comment = fakes.tools().admin_comment(42).unwrap();
-    assert_eq!(fakes.argv(), ["--oneliner", "show", "job", "42"]);
+    assert_eq!(
+        fakes.argv(),
+        ["--noheader", "--states=all", "--jobs=42", RECORD_FORMAT]
+    );
     assert_eq!(comment, "note by ops");
 }
 
@@ -188,7 +197,6 @@ fn admin_comment_that_cannot_be_one_readable_word_is_refused_before_running() {
         ("two\nlines", "control character '\\n'"),
         ("nul\0byte", "control character '\\0'"),
         ("carriage\rreturn", "control character '\\r'"),
-        ("note  Comment=forged", "two spaces and `Key=` at byte 4"),
         (too_long.as_str(), "65537 bytes"),
     ];
     for (text, words) in table {
@@ -277,7 +285,7 @@ fn refusals_are_typed_and_not_retried() {
 fn an_unreachable_controller_is_retried_until_it_answers() {
     let fakes = Fakes::new("flaky");
     fakes.write(
-        "scontrol",
+        "squeue",
         &format!(
             "if [ $(wc -l < \"$dir/calls\") -le 2 ]; then\n\
              echo 'slurm_load_jobs error: Unable to contact slurm controller (connect failure)' >&2; exit 1\n\
@@ -320,7 +328,7 @@ fn retries_stop_after_the_last_pause() {
 fn a_hanging_command_and_its_children_are_killed_at_the_timeout() {
     let fakes = Fakes::new("hang");
     fakes.write(
-        "scontrol",
+        "squeue",
         "sleep 60 &\necho $! > \"$dir/child\"\necho $$ > \"$dir/leader\"\necho partial\nsleep 60",
     );
     let mut tools = fakes.tools();
@@ -365,25 +373,26 @@ fn floods_of_output_are_read_bounded_without_stalling() {
 
 #[test]
 fn output_that_is_not_the_job_record_is_garbage() {
-    let other_job = RECORD_42.replace("JobId=42 ", "JobId=43 ");
+    let other_job = RECORD_42.replace("42|", "43|");
     let table = [
-        ("echo hello".to_string(), "no record for job 42 among 0"),
-        (format!("echo '{other_job}'"), "no record for job 42 among 1"),
+        ("echo hello".to_string(), "no line for job 42 among 1"),
+        (format!("echo '{other_job}'"), "no line for job 42 among 1"),
         (
-            format!(
-                "echo '{}'",
-                RECORD_42.replace("JobName=wrap", "JobName=a AdminComment=b")
-            ),
-            "ambiguous",
+            format!("echo '{RECORD_42}'; echo '{RECORD_42}'"),
+            "more than one line",
         ),
+        ("echo '42|alice|2001|'".to_string(), "value(s)"),
     ];
     for (body, words) in table {
         let fakes = Fakes::new("garbage");
-        fakes.write("scontrol", &body);
+        fakes.write("squeue", &body);
         match fakes.tools().admin_comment(42) {
             Err(CtlError::Garbage { command, message }) => {
                 assert!(message.contains(words), "{message}");
-                assert!(command.ends_with("scontrol --oneliner show job 42"), "{command}");
+                assert!(
+                    command.contains("squeue --noheader --states=all --jobs=42"),
+                    "{command}"
+                );
             }
             other => panic!("{body}: {other:?}"),
         }
@@ -392,15 +401,12 @@ fn output_that_is_not_the_job_record_is_garbage() {
 
 #[test]
 fn admin_comments_that_could_not_be_written_back_are_garbage() {
-    // No AdminComment of its own; a job name imitating one, and a comment with a newline after it.
-    let imitated = RECORD_42
-        .replace("AdminComment=note by ops  ", "Comment=one\ntwo  ")
-        .replace("JobName=wrap", "JobName=x AdminComment=y");
+    let bell = RECORD_42.replace("note by ops", "ring\x07bell");
     let long = RECORD_42.replace("note by ops", &"n".repeat(64 * 1024 - 1024));
     for (record, words) in [
         (
-            imitated,
-            "could not be written back: AdminComment contains the control character '\\n'",
+            bell,
+            "could not be written back: AdminComment contains the control character '\\u{7}'",
         ),
         (
             long,
@@ -408,8 +414,8 @@ fn admin_comments_that_could_not_be_written_back_are_garbage() {
         ),
     ] {
         let fakes = Fakes::new("unwritable");
-        fs::write(fakes.path("record"), &record).unwrap();
-        fakes.write("scontrol", "cat \"$dir/record\"");
+        fs::write(fakes.path("record"), format!("{record}\n")).unwrap();
+        fakes.write("squeue", "cat \"$dir/record\"");
         match fakes.tools().admin_comment(42) {
             Err(CtlError::Garbage { message, .. }) => assert!(message.contains(words), "{message}"),
             other => panic!("{other:?}"),
@@ -451,10 +457,9 @@ fn the_default_finds_the_system_tools() {
     assert!(tools.env.is_empty());
 }
 
-/// `squeue --json` as Slurm 22.05 prints it (every job, whatever `--jobs` says), cut to the fields
-/// read; job 42's Comment and name imitate scontrol's text.
+/// `squeue --json` as Slurm 24.11 prints it for `--jobs=42`, cut to the fields read; job 42's
+/// Comment and name imitate scontrol's text.
 const SQUEUE_JSON: &str = r#"{"meta":{},"errors":[],"jobs":[
- {"job_id":41,"admin_comment":"not ours","account":"a","partition":"p","qos":"q","user_id":1,"nodes":"vm","gres_detail":[]},
  {"job_id":42,"admin_comment":"","comment":"x AdminComment=ticket=FORGED gpu-mem-quota:v1{n9/0:q=1G,preempted=99}",
   "name":"AdminComment=y","account":"physics","partition":"gpu","qos":"normal","user_id":2001,
   "nodes":"vm","gres_detail":["gpu:fake:1(IDX:2)"]}]}"#;
@@ -463,43 +468,51 @@ const SQUEUE_JSON: &str = r#"{"meta":{},"errors":[],"jobs":[
 fn the_admin_comment_is_read_from_json_where_user_text_cannot_pose_as_it() {
     let fakes = Fakes::new("json");
     fakes.write("squeue", &format!("cat <<'EOF'\n{SQUEUE_JSON}\nEOF"));
-    // scontrol's text would show the imitation as the AdminComment (the job has none).
-    fakes.write(
-        "scontrol",
-        &format!(
-            "echo '{}'",
-            RECORD_42.replace("AdminComment=note by ops  ", "AdminComment=ticket=FORGED  ")
-        ),
-    );
-    let tools = fakes.tools();
+    let mut tools = fakes.tools();
+    tools.json_job_reads = true;
     assert_eq!(tools.admin_comment(42).unwrap(), "");
     assert_eq!(fakes.argv(), ["--json", "--states=all", "--jobs=42"]);
-    let record = tools.job_record(42).unwrap();
+    let record = tools.allocation(42).unwrap();
     assert_eq!(
         (record.account.as_str(), record.gpus_on("vm")),
         ("physics", Some(&[2][..]))
     );
+    assert_eq!(fakes.calls(), 2, "one squeue each, no scontrol");
 }
 
 #[test]
-fn without_json_any_imitation_anywhere_in_the_text_makes_it_unreadable() {
+fn an_unreadable_record_is_never_read_from_scontrols_text() {
+    // F4/G2: where squeue fails, scontrol's text (where a Comment can pose as the AdminComment)
+    // is not asked instead.
     let fakes = Fakes::new("nojson");
     fakes.write(
         "squeue",
-        "echo 'squeue: error: unable to load serializer plugin' >&2; exit 1",
+        "echo 'squeue: error: Invalid field requested' >&2; exit 1",
     );
-    // No AdminComment of its own; the imitation inside a word of the working directory.
-    fakes.write(
-        "scontrol",
-        &format!(
-            "echo '{}'",
-            RECORD_42
-                .replace("AdminComment=note by ops  ", "")
-                .replace("WorkDir=/home/alice", "WorkDir=/home/alice/xAdminComment=forged")
-        ),
-    );
+    fakes.write("scontrol", "echo 'JobId=42 Comment=x AdminComment=forged'");
     match fakes.tools().admin_comment(42) {
-        Err(CtlError::Garbage { message, .. }) => assert!(message.contains("ambiguous"), "{message}"),
+        Err(CtlError::Refused { command, .. } | CtlError::Garbage { command, .. }) => {
+            assert!(command.contains("squeue"), "{command}")
+        }
         other => panic!("{other:?}"),
     }
+    assert_eq!(fakes.calls(), 1, "only squeue");
+}
+
+#[test]
+fn gpus_per_node_come_from_one_jobs_detail_where_squeue_has_none() {
+    let fakes = Fakes::new("detail");
+    fakes.write("squeue", &format!("echo '{RECORD_42}'"));
+    fakes.write(
+        "scontrol",
+        "echo 'JobId=42 JobName=wrap NumNodes=1 JOB_GRES=shard:8   Nodes=vm CPU_IDs=1 Mem=0 GRES=shard:8(IDX:3) MinCPUsNode=1 '",
+    );
+    let record = fakes.tools().allocation(42).unwrap();
+    assert_eq!(fakes.argv(), ["-d", "--oneliner", "show", "job", "42"]);
+    assert_eq!(
+        (record.gpus_on("vm"), record.shards_on("vm")),
+        (Some(&[3][..]), Some(8))
+    );
+    // G6: a NodeName the record does not have gets the fewest shards of the job's nodes.
+    assert_eq!(record.shards_on("node17"), Some(8));
 }

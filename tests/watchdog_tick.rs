@@ -521,6 +521,57 @@ fn a_multi_node_jobs_peak_is_recorded_while_it_runs_a_handful_of_times() {
 }
 
 #[test]
+fn a_refused_requeue_falls_back_to_the_no_requeue_action_at_once() {
+    // G5: squeue says a heterogeneous job's later component may be requeued; slurmctld refuses.
+    let slurm = FakeSlurm {
+        requeueable: true,
+        refuse_requeues: Some("Job not heterogeneous job leader for job 8".into()),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, watchdog) = run(vec![Ok((50 * G, 0))], slurm, 30);
+    let actions: Vec<&String> = slurm.calls.iter().filter(|c| *c != "comment").collect();
+    assert_eq!(actions, ["requeue", "cancel"], "{:?}", lines.lines);
+    assert!(watchdog.has_acted());
+    // The record went first, so it says a requeue was tried (the larger count wins in a merge);
+    // a refused action is counted once, never again at each retry (G12: `requeued=3,held=147`).
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert_eq!(
+        record.totals().events.get(record::EventKind::Requeued),
+        1,
+        "{}",
+        slurm.admin_comment
+    );
+    assert_eq!(
+        record.totals().events.get(record::EventKind::Cancelled),
+        1,
+        "{}",
+        slurm.admin_comment
+    );
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.contains("refused to requeue") && l.contains("not heterogeneous")),
+        "{:?}",
+        lines.lines
+    );
+}
+
+#[test]
+fn an_unreadable_admin_comment_is_not_read_again_at_every_sample() {
+    // G3: five minutes at one sample a second. Every read costs slurmctld a request.
+    let slurm = FakeSlurm {
+        unreadable_comment: Some("the AdminComment could not be written back".into()),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines) = run_recording(|_| 10 * G, 300, slurm, false);
+    // Tried at 0, 2, 6, 14, 30, 62, 126 and 254 s.
+    assert_eq!(slurm.comment_reads, 8, "{:?}", lines.lines);
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    assert_eq!(lines.lines.len(), 1, "{:?}", lines.lines);
+}
+
+#[test]
 fn a_record_lost_to_another_nodes_write_is_written_again() {
     let slurm = FakeSlurm {
         lost_comment_writes: 2,

@@ -35,14 +35,18 @@ fn open_max() -> libc::c_int {
     }
 }
 
-/// The environment the watchdog gets: a fixed PATH and, when set, where Slurm's config lives.
-pub(crate) fn clean_environment(slurm_conf: Option<&str>) -> Vec<String> {
+/// The environment the watchdog gets: a fixed PATH and, when set, where Slurm's config lives and
+/// the node's Slurm name (`SLURMD_NODENAME`, from slurmstepd's own environment: never the job's).
+pub(crate) fn clean_environment(slurm_conf: Option<&str>, node_name: Option<&str>) -> Vec<String> {
     let mut env = vec![
         "PATH=/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
         "LANG=C".to_string(),
     ];
     if let Some(conf) = slurm_conf {
         env.push(format!("SLURM_CONF={conf}"));
+    }
+    if let Some(name) = node_name.filter(|n| !n.is_empty() && !n.contains(['=', '\0'])) {
+        env.push(format!("SLURMD_NODENAME={name}"));
     }
     env
 }

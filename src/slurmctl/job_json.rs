@@ -1,10 +1,12 @@
-//! A job's record from `squeue --json`, where every field is its own JSON value: text a user wrote
-//! (job name, comment, paths) stays inside its own string and cannot pose as the AdminComment, an
-//! account or a GPU list, as it can in `scontrol show job`'s `Key=value` text. Pure.
+//! A job's record from `squeue --json` (Slurm 24.11 on, where `--jobs=ID` loads that job alone),
+//! where every field is its own JSON value: text a user wrote (job name, comment, paths) stays
+//! inside its own string and cannot pose as the AdminComment, an account or a GPU list, as it can in
+//! `scontrol show job`'s `Key=value` text. Pure.
 //!
-//! Slurm 22.05's `squeue --json` ignores its filters and prints every job slurmctld knows
-//! (`--jobs` is honoured from 23.02 on), so the job is picked here by its exact id. Only the fields
-//! read below are kept; everything else (a few KiB per job) is skipped while parsing.
+//! Slurm 22.05's `squeue --json` ignores its filters and prints every job slurmctld knows, which any
+//! user can make too big to read (G1): there the same record comes from single-job squeue columns
+//! (`super::job_info::parse_squeue_record`). The job is picked by its exact id all the same. Only
+//! the fields read below are kept; everything else is skipped while parsing.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -31,6 +33,9 @@ pub struct JobRecord {
     pub(crate) shards_by_node: Vec<u64>,
     /// Its state and, once it ended, how; `None` where slurmctld printed no `job_state`.
     pub(crate) end: Option<JobEnd>,
+    /// The leader of the heterogeneous job this is a later component of (`HetJobId`, when it is
+    /// not this job's own id): slurmctld requeues a heterogeneous job only through its leader.
+    pub het_leader: Option<u32>,
 }
 
 /// The job's state and how it ended, as slurmctld recorded it: all numbers, states and the admin's
@@ -79,11 +84,14 @@ impl JobRecord {
         self.gpus_by_node.get(at).map(Vec::as_slice)
     }
 
-    /// The `gres/shard` count the job holds on `node`; `None` when the node is not the job's, or
-    /// slurmctld gave no per-node details.
+    /// The `gres/shard` count the job holds on `node`; `None` when slurmctld gave no per-node
+    /// details. A node not among the job's (a name that is not its NodeName) gets the fewest any of
+    /// its nodes holds: never more than the job may have here (G6).
     pub fn shards_on(&self, node: &str) -> Option<u64> {
-        let at = self.nodes.iter().position(|n| n == node)?;
-        self.shards_by_node.get(at).copied()
+        match self.nodes.iter().position(|n| n == node) {
+            Some(at) => self.shards_by_node.get(at).copied(),
+            None => self.shards_by_node.iter().copied().filter(|&n| n > 0).min(),
+        }
     }
 }
 
@@ -128,6 +136,8 @@ struct Job {
     node_count: Option<Value>,
     #[serde(default)]
     start_time: Option<Value>,
+    #[serde(default)]
+    het_job_id: Option<Value>,
 }
 
 /// Job `job_id`'s state, requeue facts and rank from `squeue --json` or `scontrol show job --json`
@@ -245,6 +255,11 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
         nodes,
         gpus_by_node,
         shards_by_node,
+        het_leader: job
+            .het_job_id
+            .as_ref()
+            .and_then(whole_number)
+            .filter(|&leader| leader != 0 && leader != job_id),
     })
 }
 
@@ -325,7 +340,7 @@ fn truthy(value: &Value) -> bool {
 /// a shard item from Slurm 24.11 on, which lists its shards per GPU of the node, in index order
 /// (`shard:1(0/2,1/2,0/2,0/2)`: one of GPU 1's two shards; gres_stepmgr.c,
 /// `_build_shared_gres_details`). Other GRES (nic, counts without an index) are ignored.
-fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
+pub(super) fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
     let mut indices = Vec::new();
     for item in split_items(detail) {
         let name = item.split([':', '(']).next().unwrap_or("");

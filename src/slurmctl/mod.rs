@@ -5,9 +5,9 @@
 //! (PATH fixed, `SLURM_CONF` passed when given), stdin from /dev/null, in their own process group,
 //! under a deadline, output bounded ([`run`]). Failures are sorted by Slurm's own words into
 //! retry-worthy (controller unreachable) and final refusals ([`classify`]). A job's fields are read
-//! from `squeue` columns that hold no user-written text ([`parse_squeue`]); its AdminComment from
-//! `scontrol show job` ([`parse_admin_comment`]), which refuses ambiguous records rather than guess.
-//! No threads.
+//! from one job's `squeue` columns, none of them text the user wrote ([`parse_squeue`]), or from its
+//! JSON record where squeue prints one job alone; never from `scontrol show job`'s text, where a
+//! job name or comment can imitate a field. Never the whole cluster for one job. No threads.
 //!
 //! ```no_run
 //! use gpu_mem_quota::slurmctl::SlurmTools;
@@ -19,28 +19,33 @@
 //! # Ok::<(), gpu_mem_quota::slurmctl::CtlError>(())
 //! ```
 
-mod admin_comment;
 mod classify;
 mod error;
 pub(crate) mod hostlist;
+mod job_detail;
 mod job_info;
 mod job_json;
 mod run;
 mod tools;
 
-pub use admin_comment::parse_admin_comment;
 pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
 pub(crate) use job_info::JobInfo;
-pub use job_info::{parse_squeue, JobState, SQUEUE_FORMAT};
+pub use job_info::{parse_squeue, JobState, RECORD_FORMAT, SQUEUE_FORMAT};
 pub use job_json::JobEnd;
 pub(crate) use job_json::JobRecord;
 pub use run::SAFE_PATH;
 pub use tools::{Backoff, SlurmTools, JSON_JOB_READS_FROM};
 
-/// This node's name as Slurm's per-node job details name it: the short host name (`gpu01` of
-/// `gpu01.cluster`), Slurm's default NodeName.
+/// This node's name as slurmctld names it: its NodeName. slurmd and slurmstepd put it in their
+/// own environment (`SLURMD_NODENAME`, slurmstepd.c), and the prolog's, and the plugin passes it to
+/// the watchdog; elsewhere (an admin's shell) the short host name (`gpu01` of `gpu01.cluster`),
+/// Slurm's default NodeName. A NodeName that is not the host name (`slurmd -N`, NodeHostname) is
+/// found all the same (G6).
 pub(crate) fn this_node() -> String {
+    if let Some(name) = std::env::var("SLURMD_NODENAME").ok().filter(|n| !n.is_empty()) {
+        return name;
+    }
     match nix::unistd::gethostname() {
         Ok(name) => name.to_string_lossy().split('.').next().unwrap_or("").to_string(),
         Err(_) => "unknown".into(),

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::admin_comment::{admin_comment_end, parse_admin_comment};
 use super::classify::{classify, Verdict};
 use super::error::CtlError;
-use super::job_info::{parse_squeue, JobInfo, SQUEUE_FORMAT};
+use super::job_detail::parse_gres_detail;
+use super::job_info::{parse_squeue, parse_squeue_record, JobInfo, RECORD_FORMAT, SQUEUE_FORMAT};
 use super::job_json::{parse_job_info_json, parse_squeue_json, JobRecord};
 use super::run::{describe, run, Finished, RunError, MAX_JSON_OUTPUT_BYTES, MAX_OUTPUT_BYTES};
 
@@ -144,40 +144,65 @@ impl SlurmTools {
         parse_squeue(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
     }
 
-    /// `squeue --json`: the job's AdminComment, identity and GPUs per node, each its own JSON field
-    /// ([`parse_squeue_json`]), so no user-written text can pose as one.
+    /// The job's whole record: AdminComment, identity, shards per node, how it ended. One
+    /// single-job request to slurmctld: `squeue --json --jobs=ID` where that loads the job alone
+    /// (24.11 on, [`JSON_JOB_READS_FROM`], with its GPUs per node too), else `squeue --Format`
+    /// columns ([`RECORD_FORMAT`]). 22.05's `squeue --json` prints the whole cluster, which one user
+    /// can make too big or too slow to read (G1): it is never asked for. Each value is its own JSON
+    /// field or column, so no user-written text can pose as one.
     pub fn job_record(&self, job_id: u32) -> Result<JobRecord, CtlError> {
         let squeue = self.squeue_path();
+        if self.json_job_reads {
+            let args = vec![
+                "--json".to_string(),
+                "--states=all".to_string(),
+                format!("--jobs={job_id}"),
+            ];
+            let stdout = self.read(&squeue, &args, MAX_JSON_OUTPUT_BYTES)?;
+            return parse_squeue_json(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message));
+        }
         let args = vec![
-            "--json".to_string(),
+            "--noheader".to_string(),
             "--states=all".to_string(),
             format!("--jobs={job_id}"),
+            format!("--Format={RECORD_FORMAT}"),
         ];
-        let stdout = self.read(&squeue, &args, MAX_JSON_OUTPUT_BYTES)?;
-        parse_squeue_json(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
+        let stdout = self.read(&squeue, &args, MAX_OUTPUT_BYTES)?;
+        parse_squeue_record(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
     }
 
-    /// The job's AdminComment (empty when it has none), from [`SlurmTools::job_record`]'s JSON.
-    /// Where that cannot be had (a Slurm built without JSON support, or more jobs than
-    /// [`MAX_JSON_OUTPUT_BYTES`] hold), from `scontrol --oneliner show job ID`'s text, which refuses
-    /// ambiguous records ([`parse_admin_comment`]).
-    /// [`CtlError::Garbage`] when the record cannot be read unambiguously, or when the text could not
-    /// be written back with our record added: a control character (user text after a newline reads
-    /// as part of it) or no room left under [`MAX_ADMIN_COMMENT_BYTES`]. Callers then leave the
-    /// AdminComment as it is: text that cannot be read is never written over.
+    /// [`SlurmTools::job_record`] with the job's GPUs on each node: what the watchdog starts with.
+    /// Where the record has no GPU details (22.05's columns), they are read from `scontrol -d
+    /// --oneliner show job ID` (one job; [`parse_gres_detail`], which refuses a line whose user
+    /// text imitates them): two single-job requests, once per watchdog.
+    pub fn allocation(&self, job_id: u32) -> Result<JobRecord, CtlError> {
+        let mut record = self.job_record(job_id)?;
+        if self.json_job_reads || record.nodes.is_empty() {
+            return Ok(record);
+        }
+        let args = words(&["-d", "--oneliner", "show", "job", &job_id.to_string()]);
+        let stdout = self.read(&self.scontrol, &args, MAX_OUTPUT_BYTES)?;
+        let detail =
+            parse_gres_detail(&stdout, job_id).map_err(|message| garbage(&self.scontrol, &args, message))?;
+        record.gpus_by_node = record
+            .nodes
+            .iter()
+            .map(|node| {
+                let at = detail.nodes.iter().position(|n| n == node);
+                at.map(|at| detail.gpus[at].clone()).unwrap_or_default()
+            })
+            .collect();
+        Ok(record)
+    }
+
+    /// The job's AdminComment (empty when it has none), from [`SlurmTools::job_record`] alone: never
+    /// from `scontrol show job`'s text, where a Comment, WorkDir or JobName can imitate it (F4, G2).
+    /// [`CtlError::Garbage`] when the record cannot be read, or when the text could not be written
+    /// back with our record added: a control character (user text after a newline reads as part of
+    /// it) or no room left under [`MAX_ADMIN_COMMENT_BYTES`]. Callers then leave the AdminComment as
+    /// it is: text that cannot be read is never written over.
     pub fn admin_comment(&self, job_id: u32) -> Result<String, CtlError> {
-        let (text, source) = match self.job_record(job_id) {
-            Ok(record) => (record.admin_comment, "squeue --json".to_string()),
-            // The controller is out of reach or refused: scontrol would fare no better.
-            Err(e @ (CtlError::Transient { .. } | CtlError::Timeout { .. })) => return Err(e),
-            Err(_) => {
-                let args = words(&["--oneliner", "show", "job", &job_id.to_string()]);
-                let stdout = self.read(&self.scontrol, &args, MAX_OUTPUT_BYTES)?;
-                let text = parse_admin_comment(&stdout, job_id)
-                    .map_err(|message| garbage(&self.scontrol, &args, message))?;
-                (text, command_line(&self.scontrol, &args))
-            }
-        };
+        let text = self.job_record(job_id)?.admin_comment;
         let room = MAX_ADMIN_COMMENT_BYTES - crate::record::MAX_RECORD_BYTES - 1;
         let writable = if text.len() > room {
             Err(format!(
@@ -188,7 +213,7 @@ impl SlurmTools {
             check_admin_comment(&text).map_err(|e| e.to_string())
         };
         writable.map(|()| text).map_err(|why| CtlError::Garbage {
-            command: source,
+            command: command_line(&self.squeue_path(), &[format!("--jobs={job_id}")]),
             message: format!("the AdminComment could not be written back: {why}"),
         })
     }
@@ -351,13 +376,6 @@ fn check_admin_comment(text: &str) -> Result<(), CtlError> {
     }
     if let Some(c) = text.chars().find(|c| c.is_control() && *c != '\t') {
         return refuse(format!("contains the control character {:?}", c));
-    }
-    let probe = format!("AdminComment={text}  End=");
-    let info_end = admin_comment_end(&probe["AdminComment=".len()..]);
-    if info_end != text.len() {
-        return refuse(format!(
-            "contains two spaces and `Key=` at byte {info_end}, so it would not read back whole"
-        ));
     }
     Ok(())
 }

@@ -107,7 +107,10 @@ pub(crate) fn task_post_fork(spank: &Spank) -> Result<(), String> {
         spank.step_id().map(|s| s.to_string()).unwrap_or_default(),
         watch.params.gpus.join(",")
     ));
-    let env = spawn::clean_environment(std::env::var("SLURM_CONF").ok().as_deref());
+    let env = spawn::clean_environment(
+        std::env::var("SLURM_CONF").ok().as_deref(),
+        std::env::var("SLURMD_NODENAME").ok().as_deref(),
+    );
     // A failure to start the watchdog must not fail the job: log it, the job runs unwatched.
     if let Err(e) = spawn::spawn_detached(&watch.program, &watch.params.to_args(), &env) {
         log::error(&format!(
@@ -509,9 +512,10 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
 
 /// The job's `gres/shard` count on this node. In the batch step slurmd wrote
 /// `SLURM_SHARDS_ON_NODE` from the job's allocation. Any other step's environment was built by the
-/// user's own srun, so there the count is asked of slurmctld (`gres_detail`, one squeue per step
-/// and node), when the policy schedules by shards: the quota the step's tasks are told, and the
-/// framework caps set from it, are then the one the watchdog holds the job to.
+/// user's own srun, so there the count is asked of slurmctld (that one job's record, one squeue per
+/// step and node: never the whole cluster, G1), when the policy schedules by shards: the quota the
+/// step's tasks are told, and the framework caps set from it, are then the one the watchdog holds
+/// the job to. The node is found by its NodeName (slurmstepd's `SLURMD_NODENAME`, G6).
 fn shards_on_node(
     spank: &Spank,
     slurmctld: &JobFromSlurmctld,

@@ -260,7 +260,7 @@ impl Daemon {
         if let Err(e) = &job {
             log.error(&format!("cannot read the job from slurmctld: {e}"));
         }
-        let allocation = control.tools.job_record(params.job_id);
+        let allocation = control.tools.allocation(params.job_id);
         let gpus = gpus_on_node(&allocation, &node, &params.gpus, &mut log);
 
         let mut reporter = LogReporter {

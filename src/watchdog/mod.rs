@@ -108,6 +108,10 @@ pub struct Watchdog {
     record_written: Option<(Instant, u64)>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
+    /// After a failed AdminComment update: how many in a row, and when the next may be tried
+    /// ([`shared_record::retry_after`]): never again at every sample (G3).
+    record_failures: u32,
+    record_retry_at: Option<Instant>,
     /// The driver's hard limit set for the job's cgroup, where one is in force.
     hard_limit: Option<hard_limit::InForce>,
 }
@@ -145,6 +149,8 @@ impl Watchdog {
             record_shared: false,
             record_written: None,
             record_failure_logged: false,
+            record_failures: 0,
+            record_retry_at: None,
             hard_limit: None,
         }
     }
@@ -492,6 +498,9 @@ impl Watchdog {
             self.acted = Some(action);
             return Ok(());
         }
+        // The record as it stood before this action: restored should the action fail, so that an
+        // action slurmctld refused is never counted as done (G12).
+        let uncounted = self.entry.clone();
         if let Some(record) = &mut self.entry {
             count_action(record, EventKind::OverQuota, action, unix_now());
             let recorded =
@@ -509,10 +518,53 @@ impl Watchdog {
                 ));
             }
         }
-        control.perform(action).map_err(|e| NotDone {
-            line: format!("{what}, but {} failed: {e}; will try again", action.name()),
-            cause: e,
-        })?;
+        let action = match control.perform(action) {
+            Ok(()) => action,
+            // slurmctld will not requeue this job (a heterogeneous job's later component, G5: only
+            // its leader can be): what is done to a job that cannot be requeued, at once, rather
+            // than asking again every grace period while the job stays over its quota.
+            Err(ControlError::Refused(why))
+                if matches!(action, Action::Requeue | Action::RequeueHold)
+                    && !matches!(
+                        self.settings.no_requeue_action,
+                        Action::Requeue | Action::RequeueHold
+                    ) =>
+            {
+                let fallback = self.settings.no_requeue_action;
+                report.warning(&format!(
+                    "{what}, but slurmctld refused to {} it ({why}): no_requeue_action = {fallback}",
+                    action.name()
+                ));
+                self.entry = uncounted.clone();
+                if let Some(record) = &mut self.entry {
+                    count_action(record, EventKind::OverQuota, fallback, unix_now());
+                    // Best effort: the first write already carries the event.
+                    let now = comment_after(control);
+                    let _ = record_first(control, &now, record, job.node_count > 1);
+                }
+                if fallback == Action::WarnOnly {
+                    self.acted = Some(fallback);
+                    return Ok(());
+                }
+                match control.perform(fallback) {
+                    Ok(()) => fallback,
+                    Err(e) => {
+                        self.entry = uncounted;
+                        return Err(NotDone {
+                            line: format!("{what}, but {} failed too: {e}; will try again", fallback.name()),
+                            cause: e,
+                        });
+                    }
+                }
+            }
+            Err(e) => {
+                self.entry = uncounted;
+                return Err(NotDone {
+                    line: format!("{what}, but {} failed: {e}; will try again", action.name()),
+                    cause: e,
+                });
+            }
+        };
         report.warning(&format!("{what}: {}", action_done(action)));
         self.acted = Some(action);
         self.state = status::JobHealth::Acted;
@@ -595,4 +647,12 @@ fn action_done(action: Action) -> &'static str {
 /// How long to wait between NVML load attempts: 1 s, doubling, at most 60 s.
 pub fn backoff(attempt: u32) -> Duration {
     Duration::from_secs(1u64 << attempt.min(6)).min(Duration::from_secs(60))
+}
+
+/// The AdminComment as it is now, for a second write within one action; unreadable when it
+/// cannot be had (nothing is then written over).
+fn comment_after(control: &mut dyn Controller) -> AdminComment {
+    control
+        .admin_comment()
+        .unwrap_or_else(|e| AdminComment::Unreadable(e.to_string()))
 }

@@ -13,6 +13,19 @@ use crate::record::{self, EventKind};
 /// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
 /// the job runs; and by how much (percent) its peak must have grown since the last time.
 const RECORD_EVERY: Duration = Duration::from_secs(60);
+
+/// The longest pause between two tries of an AdminComment update that keeps failing.
+const RETRY_AT_MOST: Duration = Duration::from_secs(600);
+
+/// How long to wait before the next try after `failures` failed AdminComment updates in a row:
+/// 2 s, doubling, at most [`RETRY_AT_MOST`]. Every try costs slurmctld a request (two, with the
+/// write), and a user can make their own AdminComment unwritable (G3): a failure is never retried
+/// at every sample.
+pub(crate) fn retry_after(failures: u32) -> Duration {
+    Duration::from_secs(2)
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(RETRY_AT_MOST)
+}
 const RECORD_GROWTH_PERCENT: u64 = 10;
 
 /// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
@@ -115,6 +128,9 @@ impl Watchdog {
         if self.acted.is_some() {
             return;
         }
+        if self.record_retry_at.is_some_and(|at| now < at) {
+            return;
+        }
         // Cloned only when due: this runs every sample.
         let entry = match &self.entry {
             Some(entry) if record_due(self.record_written, now, entry.peak()) => entry.clone(),
@@ -127,9 +143,15 @@ impl Watchdog {
         let failure = match written {
             Ok(Recorded::Written) => {
                 self.record_written = Some((now, peak));
+                self.record_failures = 0;
+                self.record_retry_at = None;
                 return;
             }
-            Ok(Recorded::Lost) => return, // other nodes' writes won every time: again at the next sample
+            // Other nodes' writes won every time: again soon, but not at every sample.
+            Ok(Recorded::Lost) => {
+                self.back_off_record(now);
+                return;
+            }
             // Left alone: text that cannot be read is never written over.
             Ok(Recorded::Unreadable) => "the AdminComment cannot be read unambiguously".to_string(),
             // The job has ended: slurmctld takes no more updates, and the watchdog leaves at its
@@ -137,6 +159,7 @@ impl Watchdog {
             Err(e) if e.job_gone() => return,
             Err(e) => e.to_string(),
         };
+        self.back_off_record(now);
         if !self.record_failure_logged {
             self.record_failure_logged = true;
             report.warning(&format!(
@@ -144,5 +167,22 @@ impl Watchdog {
                  will try again"
             ));
         }
+    }
+
+    fn back_off_record(&mut self, now: Instant) {
+        self.record_failures = self.record_failures.saturating_add(1);
+        self.record_retry_at = Some(now + retry_after(self.record_failures));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_updates_are_retried_ever_later() {
+        let pauses: Vec<u64> = (1..=12).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(pauses, [2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600, 600]);
+        assert_eq!(retry_after(u32::MAX), RETRY_AT_MOST);
     }
 }

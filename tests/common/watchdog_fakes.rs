@@ -26,6 +26,10 @@ pub struct FakeSlurm {
     /// What `ending` answers, one per call (the last one stays); empty: no state printed.
     pub endings: Vec<slurmctl::JobEnd>,
     pub calls: Vec<String>,
+    /// How many times the AdminComment was read.
+    pub comment_reads: u32,
+    /// What slurmctld answers every requeue (`requeue`, `requeue-hold`) with, if it refuses them.
+    pub refuse_requeues: Option<String>,
 }
 
 impl Controller for FakeSlurm {
@@ -54,6 +58,7 @@ impl Controller for FakeSlurm {
     }
 
     fn admin_comment(&mut self) -> Result<AdminComment, ControlError> {
+        self.comment_reads += 1;
         Ok(match &self.unreadable_comment {
             Some(why) => AdminComment::Unreadable(why.clone()),
             None => AdminComment::Read(self.admin_comment.clone()),
@@ -76,7 +81,12 @@ impl Controller for FakeSlurm {
 
     fn perform(&mut self, action: Action) -> Result<(), ControlError> {
         self.calls.push(action.name().to_string());
-        Ok(())
+        match &self.refuse_requeues {
+            Some(why) if matches!(action, Action::Requeue | Action::RequeueHold) => {
+                Err(ControlError::Refused(why.clone()))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn ending(&mut self) -> Result<Option<slurmctl::JobEnd>, ControlError> {
