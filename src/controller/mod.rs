@@ -119,9 +119,8 @@ impl JobState {
 pub enum AdminComment {
     /// Verbatim; empty when the job has none.
     Read(String),
-    /// slurmctld answered, but the text cannot be told apart from user-written text imitating it
-    /// (see `slurmctl::parse_admin_comment`), or could not be written back whole: the job's history
-    /// is unknown. It is never written over (an admin's text and the job's history would go with
+    /// The job's record could not be read (slurmctld's answer did not parse), or its text could
+    /// not be written back whole: the job's history is unknown. It is never written over (an admin's text and the job's history would go with
     /// it), and never a reason not to enforce.
     Unreadable(String),
 }

@@ -220,9 +220,8 @@ impl SlurmTools {
 
     /// `scontrol update JobId=ID AdminComment=TEXT`, the text one argv word, replacing the whole
     /// AdminComment. Refused here: control characters but tab (NUL cannot be passed; a newline would
-    /// split `show job` lines), two spaces followed by `Key=` (the text would not read back whole, see
-    /// [`parse_admin_comment`]), and more than [`MAX_ADMIN_COMMENT_BYTES`]. Only SlurmUser and root may
-    /// set it ("Access/permission denied" otherwise).
+    /// split squeue's one line per job), and more than [`MAX_ADMIN_COMMENT_BYTES`]. Only SlurmUser
+    /// and root may set it ("Access/permission denied" otherwise).
     pub fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), CtlError> {
         check_admin_comment(text)?;
         let args = vec![

@@ -68,18 +68,30 @@ fn sacct_field(job: u32, field: &str) -> String {
 }
 
 /// The job's AdminComment as slurmctld has it, while it knows the job (running, or ended within
-/// MinJobAge): `squeue --json` gives it as its own field, which no user text can pose as. Accounting
+/// MinJobAge): squeue's column, asked last and alone, which no user text can pose as. Accounting
 /// (`sacct_field`) has it only once the job has ended.
 fn admin_comment(job: u32) -> String {
-    // --states=all: 24.11 honours squeue's filters with --json (22.05 prints every job it knows).
-    let out = admin("squeue", &["--json", "--states=all"]);
-    let all: serde_json::Value = serde_json::from_str(&out).expect("squeue --json");
-    all["jobs"]
-        .as_array()
-        .and_then(|jobs| jobs.iter().find(|j| j["job_id"] == job))
-        .and_then(|j| j["admin_comment"].as_str())
-        .unwrap_or_default()
-        .to_string()
+    let out = admin(
+        "squeue",
+        &[
+            "--noheader",
+            "--states=all",
+            &format!("--jobs={job}"),
+            "--Format=JobID:|,admin_comment:|",
+        ],
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{job}|")))
+        .unwrap_or_default();
+    let text = line
+        .split_once('|')
+        .map_or("", |(_, rest)| rest.strip_suffix('|').unwrap_or(rest));
+    if text == "(null)" {
+        String::new()
+    } else {
+        text.to_string()
+    }
 }
 
 fn state(job: u32) -> String {
@@ -874,4 +886,122 @@ fn defect4_a_job_its_user_cancels_keeps_the_record_of_its_run() {
     );
     assert_cleaned_up(job);
     eprintln!("defect4: job {job}: {comment:?}: {:?}", t0.elapsed());
+}
+
+/// One user's queue flood (G1): held jobs that never run, each carrying about 0.9 MiB of script
+/// arguments, which Slurm 22.05 prints in full in every job of `squeue --json`. Cancelled on drop.
+struct Flood;
+
+impl Flood {
+    fn submit(dir: &Path, jobs: usize) -> Flood {
+        let script = dir.join("noop.sh");
+        std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let padding = "a".repeat(130_000);
+        let script = script.display().to_string();
+        let mut args = vec![
+            "--parsable",
+            "-H",
+            "-J",
+            "g1-pad",
+            "-o",
+            "/dev/null",
+            script.as_str(),
+        ];
+        args.extend([padding.as_str(); 7]);
+        for _ in 0..jobs {
+            let out = as_user("sbatch", &args, &[]);
+            assert!(out.status.success(), "the flood's sbatch: {}", text(&out));
+        }
+        Flood
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        let _ = lab_command("scancel")
+            .args(["-u", &test_user(), "-n", "g1-pad"])
+            .status();
+    }
+}
+
+/// G1, G2: 80 held jobs of one user (0.9 MiB of arguments each) make 22.05's `squeue --json` of
+/// the cluster more than 64 MiB. No watchdog reads it any more: an srun step of a 1-shard job that
+/// forges a 30G quota is told 1G and cancelled over it, and a batch job whose Comment imitates an
+/// AdminComment gets the watchdog's record and nothing of the imitation.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g1_a_users_queue_flood_blinds_no_watchdog() {
+    let t0 = Instant::now();
+    let enforcement = policy("action = \"requeue\"\nno_requeue_action = \"cancel\"\n");
+    let _policy = install_policy(&format!("{enforcement}\n[scheduling]\nshard_unit = \"1G\"\n"));
+    let dir = user_dir("sec-g1");
+    let _flood = Flood::submit(&dir, 80);
+    let dump = lab_command("squeue").arg("--json").output().unwrap().stdout.len();
+    eprintln!(
+        "g1: squeue --json of the flooded cluster: {dump} bytes ({:?})",
+        t0.elapsed()
+    );
+    if slurm_root().is_none() {
+        // 22.05: every job in full, whatever is asked.
+        assert!(dump > 64 << 20, "the flood did not reach the cap: {dump} bytes");
+    }
+
+    let forged = [("_SLURM_SPANK_OPTION_gpu_mem_quota_gpu_mem_quota", "30G")];
+    let task = format!(
+        "echo id=$SLURM_JOB_ID quota=$GPU_MEM_QUOTA; f={FAKE_PROCS}/${{SLURM_STEP_GPUS%%,*}}/$$; \
+         echo claim=$f; echo 25G > $f; sleep 30; rm -f $f; echo not-stopped"
+    );
+    let out = as_user("srun", &["--gres=shard:1", "bash", "-c", &task], &forged);
+    let all = text(&out);
+    if let Some(claim) = value_of(&all, "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    let job: u32 = value_of(&all, "id")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("{all}"));
+    assert_eq!(value_of(&all, "quota").as_deref(), Some("1G"), "job {job}: {all}");
+    assert!(
+        !all.contains("not-stopped"),
+        "job {job} ran on at 25G of 1 shard: {all}"
+    );
+    assert!(
+        ended_as(job, "CANCELLED", Duration::from_secs(10)),
+        "job {job}: {}",
+        state(job)
+    );
+    let lines = watchdog_lines(job);
+    assert!(
+        lines.iter().any(|l| l.contains("with quota 1G per GPU")),
+        "job {job}: {lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("cannot read")),
+        "job {job}: a read failed under the flood: {lines:#?}"
+    );
+
+    let forgery = "x AdminComment=ticket=FORGED gpu-mem-quota:v1{n9/0:q=1G,preempted=99}";
+    let comment = format!("--comment={forgery}");
+    let script =
+        format!("f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo claim=$f; echo 2G > $f; sleep 20; rm -f $f");
+    let batch = sbatch(&dir, &["--gres=shard:8", &comment], &script);
+    let recorded = wait_until(Duration::from_secs(30), || {
+        admin_comment(batch).contains("gpu-mem-quota:v1{")
+    });
+    let written = admin_comment(batch);
+    let _ = lab_command("scancel").arg(batch.to_string()).status();
+    let output = std::fs::read_to_string(dir.join(format!("job-{batch}.out"))).unwrap_or_default();
+    if let Some(claim) = value_of(&output, "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    assert!(
+        recorded,
+        "job {batch}: no record under the flood: {written:?} {:#?}",
+        watchdog_lines(batch)
+    );
+    assert!(
+        !written.contains("FORGED") && !written.contains("preempted=99") && !written.contains("n9/"),
+        "job {batch}: the Comment reached the AdminComment: {written}"
+    );
+    eprintln!("g1: {:?}", t0.elapsed());
 }
