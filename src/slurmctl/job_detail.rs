@@ -13,14 +13,14 @@ use super::job_json::gpu_indices;
 
 /// The job's nodes and, in the same order, the GPU indices it holds on each.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GpusByNode {
-    pub(crate) nodes: Vec<String>,
-    pub(crate) gpus: Vec<Vec<u32>>,
+pub struct GpusByNode {
+    pub nodes: Vec<String>,
+    pub gpus: Vec<Vec<u32>>,
 }
 
 /// Job `job_id`'s GPUs per node from `scontrol -d --oneliner show job` output; the error says what
 /// is missing or ambiguous.
-pub(crate) fn parse_gres_detail(output: &str, job_id: u32) -> Result<GpusByNode, String> {
+pub fn parse_gres_detail(output: &str, job_id: u32) -> Result<GpusByNode, String> {
     let wanted = format!("JobId={job_id} ");
     let mut records = output.lines().filter(|line| line.starts_with(&wanted));
     let line = match (records.next(), records.next()) {

@@ -201,7 +201,7 @@ const NULL_FIELD: &str = "(null)";
 /// single-job request; squeue 22.05 loads one job when `--jobs` names one), every value in its own
 /// `|`-terminated column. No field holds text the user wrote. The GPUs per node are not among
 /// them: the node has those from the job credential (`SLURM_JOB_GPUS`).
-pub(crate) fn parse_squeue_record(output: &str, job_id: u32) -> Result<JobRecord, String> {
+pub fn parse_squeue_record(output: &str, job_id: u32) -> Result<JobRecord, String> {
     let line = job_line(output, job_id)?;
     let values: Vec<&str> = line.splitn(RECORD_FIELDS + 1, '|').collect();
     let Some((fields, [admin_comment])) = values.split_first_chunk::<RECORD_FIELDS>() else {

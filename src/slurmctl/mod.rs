@@ -30,10 +30,11 @@ mod tools;
 
 pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
+pub use job_detail::{parse_gres_detail, GpusByNode};
 pub(crate) use job_info::JobInfo;
-pub use job_info::{parse_squeue, JobState, RECORD_FORMAT, SQUEUE_FORMAT};
+pub use job_info::{parse_squeue, parse_squeue_record, JobState, RECORD_FORMAT, SQUEUE_FORMAT};
 pub use job_json::JobEnd;
-pub(crate) use job_json::JobRecord;
+pub use job_json::JobRecord;
 pub use run::SAFE_PATH;
 pub use tools::{Backoff, SlurmTools, JSON_JOB_READS_FROM};
 
