@@ -9,11 +9,14 @@ make it. The file is written aside and renamed, so a kill mid-save leaves the pr
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional, Union
+from typing import Any, BinaryIO, Callable, Optional, Tuple, Union
+
+from .geometry import BatchGeometry
 
 
 class RequeueCheckpoint:
@@ -61,3 +64,30 @@ class RequeueCheckpoint:
         received, self.pending = self.pending, None
         self.save(state())
         return received == signal.SIGTERM
+
+
+class GeometryFile:
+    """The geometry a run ended with, for frameworks that take a new micro-batch only at a restart
+    (Lightning, the Hugging Face Trainer, DeepSpeed): written next to their checkpoint, read at start."""
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        self.path = Path(path)
+
+    def save(self, geometry: BatchGeometry, activation_checkpointing: bool) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps({"micro": geometry.micro, "accum": geometry.accum,
+                                   "activation_checkpointing": activation_checkpointing}) + "\n")
+        os.replace(tmp, self.path)
+
+    def load(self) -> Optional[Tuple[BatchGeometry, bool]]:
+        """The saved geometry and checkpointing flag; None on a first run. A broken file is an error
+        naming it: it is this package's own, so something went wrong that should not be guessed over."""
+        try:
+            document = json.loads(self.path.read_text())
+            return BatchGeometry(int(document["micro"]), int(document["accum"])), bool(
+                document["activation_checkpointing"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{self.path}: not a geometry file: {error}") from None
