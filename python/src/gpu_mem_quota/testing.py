@@ -2,9 +2,10 @@
 `torch.cuda.OutOfMemoryError`, on the CPU.
 
 It counts what a GPU would hold for a training step: the parameters, their gradients and the
-optimizer's state (the fixed part), plus every tensor autograd saves for the backward pass (the
-activations, counted through `torch.autograd.graph.saved_tensors_hooks`, each storage once). Saving
-one that does not fit raises the OOM in the forward pass, as the CUDA allocator would. Activation
+optimizer's state (the fixed part), plus every tensor autograd saves for the backward pass while the
+graph holding it lives (the activations, seen through `torch.autograd.graph.saved_tensors_hooks`, each
+storage once). Saving one that does not fit raises the OOM in the forward pass, as the CUDA
+allocator would. Activation
 checkpointing really lowers the count: a checkpointed block saves nothing through these hooks.
 
     budget = MemoryBudget(limit_bytes=24 << 20, model=model, optimizer=optimizer)
@@ -14,7 +15,8 @@ checkpointing really lowers the count: a checkpointed block saves nothing throug
 
 from __future__ import annotations
 
-from typing import Set, Tuple
+import weakref
+from typing import Dict, Tuple
 
 import torch
 from torch import nn
@@ -27,8 +29,9 @@ class MemoryBudget:
         self.limit_bytes = limit_bytes  # may be changed between steps: a neighbour came or left
         self.model, self.optimizer = model, optimizer
         self.num_ooms = 0
-        self._saved: Set[int] = set()
-        self._fixed = self._live = self._peak = 0
+        self._parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._saved: Dict[int, Tuple["weakref.ref[torch.Tensor]", int]] = {}  # storage -> (tensor, bytes)
+        self._peak = 0
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
 
     def __enter__(self) -> "MemoryBudget":
@@ -46,37 +49,38 @@ class MemoryBudget:
                     if isinstance(v, torch.Tensor)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def begin_micro_step(self) -> int:
-        # The previous micro-step's backward pass freed its saved tensors.
-        self._saved = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
-        self._fixed = self.fixed_bytes()
-        self._live = 0
-        self._peak = self._fixed
-        return self._fixed
+    def live_bytes(self) -> int:
+        """Saved tensors whose graph still holds them (a backward pass, or dropping the graph, frees them)."""
+        self._saved = {ptr: entry for ptr, entry in self._saved.items() if entry[0]() is not None}
+        return sum(nbytes for _, nbytes in self._saved.values())
 
     def allocated(self) -> int:
-        return self.fixed_bytes()
+        return self.fixed_bytes() + self.live_bytes()
+
+    def begin_micro_step(self) -> int:
+        self._peak = self.allocated()
+        return self._peak
 
     def peak(self) -> Tuple[int, int]:
         return self._peak, self._peak
 
     def release_cached(self) -> None:
-        self._saved.clear()
-        self._live = 0
+        """Nothing is cached: what the failed step saved is gone with its graph."""
 
     def snapshot(self) -> AllocatorSnapshot:
-        return AllocatorSnapshot(self._fixed, self._fixed, self._peak, self._peak, 0, self.num_ooms)
+        allocated = self.allocated()
+        return AllocatorSnapshot(allocated, allocated, self._peak, self._peak, 0, self.num_ooms)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        if storage.data_ptr() in self._saved:
+        ptr = storage.data_ptr()
+        if ptr in self._parameters or ptr in self._saved:
             return tensor
-        self._saved.add(storage.data_ptr())
-        need = self._fixed + self._live + storage.nbytes()
+        need = self.allocated() + storage.nbytes()
         if need > self.limit_bytes:
             self.num_ooms += 1
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory (test budget): tried to hold {need} bytes of {self.limit_bytes}")
-        self._live += storage.nbytes()
-        self._peak = max(self._peak, self._fixed + self._live)
+        self._saved[ptr] = (weakref.ref(tensor), storage.nbytes())
+        self._peak = max(self._peak, need)
         return tensor

@@ -53,7 +53,7 @@ def oom_guard(callback: QuotaTrainerCallback, train: Callable[[], Any], step: Ca
 
 
 def training_arguments(controller: BatchController) -> dict:
-    """`TrainingArguments` values for this run."""
+    """`TrainingArguments` batch values for this run. Activation checkpointing is the model's:
+    `model.gradient_checkpointing_enable()` when `controller.activation_checkpointing`."""
     return {"per_device_train_batch_size": controller.geometry.micro,
-            "gradient_accumulation_steps": controller.geometry.accum,
-            "gradient_checkpointing": controller.activation_checkpointing}
+            "gradient_accumulation_steps": controller.geometry.accum}
