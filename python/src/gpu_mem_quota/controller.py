@@ -101,15 +101,17 @@ class BatchController:
 
     @classmethod
     def from_environment(cls, declared: BatchGeometry, resumed: Optional[BatchGeometry] = None,
-                         device_bytes: Optional[int] = None, env: Mapping[str, str] = os.environ,
-                         log: Callable[[str], None] = log_to_stderr, **overrides: Any) -> "BatchController":
-        """A controller for this job: its budget from the quota, its start from the hints and the checkpoint;
-        `overrides` are ControllerConfig fields."""
+                         device_bytes: Optional[int] = None, context_reserve_bytes: int = CONTEXT_RESERVE_BYTES,
+                         env: Mapping[str, str] = os.environ, log: Callable[[str], None] = log_to_stderr,
+                         **overrides: Any) -> "BatchController":
+        """A controller for this job: its budget from the quota (and the device, if smaller), its start from
+        the hints and the checkpoint; `overrides` are ControllerConfig fields."""
         quota = read_quota(env)
         hints = read_restart_hints(env)
         start, source = starting_geometry(declared, hints, resumed)
         checkpointing = bool(hints and hints.activation_checkpointing)
-        config = replace(ControllerConfig(memory_budget(quota.bytes if quota else None, device_bytes)), **overrides)
+        config = replace(ControllerConfig(memory_budget(quota.bytes if quota else None, device_bytes,
+                                                         context_reserve_bytes=context_reserve_bytes)), **overrides)
         controller = cls(declared, config, start, checkpointing, log)
         why = f"from {source}"
         if hints is not None:
