@@ -120,3 +120,12 @@ def test_the_watcher_hands_each_warning_over_once_and_ignores_broken_files(statu
     (tmp_path / "status.json").write_text("{")
     assert watcher.new_warning() is None and watcher.new_warning() is None
     assert len(lines) == 1 and "ignoring the status file" in lines[0]
+
+
+def test_the_core_imports_no_framework():
+    """The top-level package is standard library only: importing it with torch blocked must work."""
+    import subprocess
+    import sys
+    code = ("import sys; sys.modules['torch'] = None; import gpu_mem_quota, gpu_mem_quota.controller;"
+            " assert 'torch' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -12,7 +12,7 @@ from gpu_mem_quota.pytorch import AdaptiveBatchRunner  # noqa: E402
 from gpu_mem_quota.testing import MemoryBudget  # noqa: E402
 
 from conftest import STATUS  # noqa: E402
-from tiny_model import batch, clone, next_token_loss, setup  # noqa: E402
+from tiny_model import batch, next_token_loss, setup  # noqa: E402
 
 EFFECTIVE = 8
 UNLIMITED = 1 << 40

@@ -1,7 +1,5 @@
 """A tiny language model built in code (no downloads), whose activations grow with batch x sequence."""
 
-import copy
-
 import torch
 from torch import nn
 
@@ -27,11 +25,6 @@ def setup(seed: int = 0, lr: float = 1e-2):
     torch.manual_seed(seed)
     model = TinyLM()
     return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-
-
-def clone(model: nn.Module):
-    copied = copy.deepcopy(model)
-    return copied, torch.optim.SGD(copied.parameters(), lr=1e-2, momentum=0.9)
 
 
 def next_token_loss(model: nn.Module):

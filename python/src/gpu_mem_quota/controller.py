@@ -166,8 +166,7 @@ class BatchController:
         self._calm_steps = 0
         predicted = self.model.predict(seq_len, failed.micro)
         if predicted is not None:
-            learned = int(predicted * self.config.oom_capacity_share)
-            self._learned_capacity = min(learned, self._learned_capacity or learned)
+            self._lower_capacity(int(predicted * self.config.oom_capacity_share))
         capacity = self.capacity_bytes
         smaller = None
         if failed.micro > 1:
@@ -196,7 +195,7 @@ class BatchController:
             # The watchdog sees the whole process (NVML); scale our own per-step part as it says.
             fixed = self.model.fixed_bytes
             allowed = int(fixed + scale * (predicted - fixed))
-            self._learned_capacity = min(allowed, self._learned_capacity or allowed)
+            self._lower_capacity(allowed)
             target = self._largest_fitting(seq_len, allowed, below=self.geometry.micro + 1)
         else:
             target = self.geometry.largest_micro_at_most(int(self.geometry.micro * scale))
@@ -251,6 +250,10 @@ class BatchController:
         else:
             self.geometry = candidate
             self._decide("grow", before, why)
+
+    def _lower_capacity(self, learned: int) -> None:
+        if self._learned_capacity is None or learned < self._learned_capacity:
+            self._learned_capacity = learned
 
     def _shrink(self, action: str, to: BatchGeometry, reason: str) -> None:
         before, self.geometry = self.geometry, to
