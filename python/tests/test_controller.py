@@ -160,3 +160,15 @@ def test_the_effective_batch_never_changes():
         if seq_len == 2048:
             controller.on_oom(seq_len)
     assert all(d.after.effective == 24 for d in controller.decisions)
+
+
+def test_deepspeed_config_values_agree_with_the_geometry():
+    from gpu_mem_quota.deepspeed import config_with_geometry  # no deepspeed needed: it only writes values
+
+    controller, _ = make()
+    controller.on_oom(1024)
+    config = {"train_batch_size": 512, "zero_optimization": {"stage": 2}}
+    updated = config_with_geometry(config, controller, world_size=8)
+    assert updated == {"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4,
+                       "gradient_accumulation_steps": 16, "zero_optimization": {"stage": 2}}
+    assert config == {"train_batch_size": 512, "zero_optimization": {"stage": 2}}  # a copy

@@ -113,13 +113,20 @@ def test_the_watcher_hands_each_warning_over_once_and_ignores_broken_files(statu
     watcher = StatusWatcher(tmp_path / "status.json", lines.append)
     assert watcher.new_warning() is None  # not written yet: silent
     status_file()
-    assert watcher.new_warning()[1].suggested_batch_scale == 0.62
+    assert watcher.new_warning().suggested_batch_scale == 0.62
     assert watcher.new_warning() is None  # the same write
     status_file(updated_at="2025-06-01T12:00:02Z")
     assert watcher.new_warning() is not None
     (tmp_path / "status.json").write_text("{")
     assert watcher.new_warning() is None and watcher.new_warning() is None
     assert len(lines) == 1 and "ignoring the status file" in lines[0]
+
+
+def test_a_gpu_over_its_quota_is_a_warning_to_shrink_now(status_file, tmp_path):
+    over = {**STATUS["gpus"][0], "state": "over-quota", "used_bytes": 50 << 30, "quota_bytes": 40 << 30}
+    status_file(gpus=[over], prediction=None)
+    warning = StatusWatcher(tmp_path / "status.json", print).new_warning()
+    assert (warning.seconds_to_quota, warning.suggested_batch_scale) == (0, 0.8)
 
 
 def test_the_core_imports_no_framework():

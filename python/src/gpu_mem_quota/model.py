@@ -29,6 +29,10 @@ class MicroStepMemory:
     peak_allocated_bytes: int  # the allocator's peak during it
     peak_reserved_bytes: int  # what it held from the device at that peak (allocated + cached slack)
 
+    def __post_init__(self) -> None:
+        if self.seq_len < 1 or self.micro < 1:
+            raise ValueError(f"a micro-step needs seq_len >= 1 and micro >= 1, not {self}")
+
 
 class MemoryModel:
     def __init__(self, window: int = 64) -> None:

@@ -174,6 +174,9 @@ def _gpu_status(field: "_FieldReader") -> GpuStatus:
 class StatusWatcher:
     """Polls the status file between optimizer steps and hands each new warning over once.
 
+    A warning is the file's prediction; or, for a GPU already over its quota (enforcement under way,
+    and no prediction is written for it), one made here: crossing now, scale quota / used, which
+    assumes every byte scales with the batch and so shrinks too little rather than too much.
     A missing file is normal (no watchdog yet, or none at all); a malformed one is reported once
     through `log` and then ignored, so that a loop never stops over advice.
     """
@@ -184,7 +187,7 @@ class StatusWatcher:
         self._last_seen: Optional[str] = None
         self._last_error: Optional[str] = None
 
-    def new_warning(self) -> Optional[Tuple[Status, Prediction]]:
+    def new_warning(self) -> Optional[Prediction]:
         if self.path is None:
             return None
         try:
@@ -196,10 +199,15 @@ class StatusWatcher:
                 self._last_error = str(error)
                 self._log(f"ignoring the status file: {error}")
             return None
-        if status.prediction is None or status.updated_at == self._last_seen:
+        if status.updated_at == self._last_seen:
             return None
         self._last_seen = status.updated_at
-        return status, status.prediction
+        over = [gpu for gpu in status.gpus if gpu.state == "over-quota" and gpu.used_bytes > 0]
+        if over:
+            worst = min(over, key=lambda gpu: gpu.quota_bytes / gpu.used_bytes)
+            return Prediction(gpu_index=worst.index, seconds_to_quota=0,
+                              suggested_batch_scale=max(0.01, min(0.99, worst.quota_bytes / worst.used_bytes)))
+        return status.prediction
 
 
 class _FieldReader:

@@ -123,11 +123,12 @@ class AdaptiveBatchRunner:
         self._checkpointing_applied = False
         self._apply_checkpointing()
 
-    def step(self, batch: Sequence[torch.Tensor], seq_len: int) -> float:
-        """One optimizer step over `batch` (tensors sharing their first dimension); the mean loss."""
+    def step(self, batch: Sequence[torch.Tensor], seq_len: int = 1) -> float:
+        """One optimizer step over `batch` (tensors sharing their first dimension); the mean loss.
+        `seq_len` is the tokens per sample, which memory grows with; leave it at 1 for data without."""
         warning = self.status.new_warning() if self.status else None
         if warning is not None:
-            self.controller.on_watchdog_warning(warning[1])
+            self.controller.on_watchdog_warning(warning)
         geometry = self.controller.plan_step(seq_len)
         while True:
             self._apply_checkpointing()
