@@ -3,6 +3,7 @@ must checkpoint and restart because the micro-batch it was built with is no long
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from .checkpoint import GeometryFile
@@ -15,6 +16,8 @@ class StepObserver:
     def __init__(self, controller: BatchController, memory: MemorySource, geometry_file: GeometryFile,
                  sequence_length: Callable[[int], int]) -> None:
         self.controller, self.memory, self.geometry_file = controller, memory, geometry_file
+        # Shrinking here costs a restart that saves the run; growing would cost one to gain a little speed.
+        controller.config = replace(controller.config, grow_back=False)
         self.sequence_length = sequence_length  # optimizer step -> the tokens per sample it trains on
         self.running = (controller.geometry, controller.activation_checkpointing)  # what the framework was built with
         self._baseline = 0

@@ -47,6 +47,7 @@ class ControllerConfig:
     grow_after_steps: int = 20  # ... for this many optimizer steps in a row
     oom_capacity_share: float = 0.95  # after an OOM, trust at most this share of what was predicted to fail
     allow_activation_checkpointing: bool = True
+    grow_back: bool = True  # off where a change costs a restart: one to grow would cost more than it gains
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,8 @@ class BatchController:
 
     def _maybe_grow(self, seq_len: int, capacity: int) -> None:
         """One notch up (checkpointing off first, then the next micro-batch) after enough calm steps."""
+        if not self.config.grow_back:
+            return
         plain = self._models[False]
         if self.activation_checkpointing:
             candidate, predicted = self.geometry, plain.predict(seq_len, self.geometry.micro)
