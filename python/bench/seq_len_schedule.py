@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A sequence-length schedule 512 -> 1536 under a fixed 40G quota: static micro-batches, Composer-style
-halving on OOM (no prediction, no growing back), and this package's controller.
+"""A sequence-length schedule 512 -> 1536 (and one that comes back to 512) under a fixed 40G quota:
+static micro-batches, Composer-style halving on OOM (no prediction, no growing back), and this
+package's controller.
 
 Simulated, standard library only: the training loop's memory follows fixed + micro x tokens x per-token,
 with a few percent of seeded jitter per step (data-dependent activations), and time per micro-step is a
@@ -42,19 +43,31 @@ MICRO_STEP_OVERHEAD = 0.010  # seconds per forward/backward pass, whatever its s
 SECONDS_PER_TOKEN = 10e-6
 
 
-def seq_len_at(step: int) -> int:
+def rising(step: int) -> int:
     """512 tokens, rising by 128 every 45 steps to 1536 at step 360, then held (the rises fall between
     checkpoints, as they would)."""
     return min(1536, 512 + 128 * (step // 45))
 
 
-def activations(step: int, micro: int) -> int:
-    jitter = random.Random(step).uniform(0, JITTER)
-    return int(micro * seq_len_at(step) * PER_TOKEN * (1 + jitter))
+def rising_and_back(step: int) -> int:
+    """The same rise, and back to 512 for the last 150 steps (a long-context phase inside a run)."""
+    return rising(step) if step < 450 else 512
 
 
-def micro_step_seconds(step: int, micro: int) -> float:
-    return MICRO_STEP_OVERHEAD + micro * seq_len_at(step) * SECONDS_PER_TOKEN
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    seq_len_at: Callable[[int], int]  # optimizer step -> tokens per sample
+
+    def activations(self, step: int, micro: int) -> int:
+        jitter = random.Random(step).uniform(0, JITTER)
+        return int(micro * self.seq_len_at(step) * PER_TOKEN * (1 + jitter))
+
+    def micro_step_seconds(self, step: int, micro: int) -> float:
+        return MICRO_STEP_OVERHEAD + micro * self.seq_len_at(step) * SECONDS_PER_TOKEN
+
+
+SCHEDULES = (Schedule("512 -> 1536", rising), Schedule("512 -> 1536 -> 512", rising_and_back))
 
 
 @dataclass
@@ -80,10 +93,10 @@ class Node:
 NODES = (Node("hard-limit", QUOTA - CONTEXT, None), Node("watchdog-only", DEVICE - CONTEXT, QUOTA))
 
 
-def hinted_micro(step: int) -> int:
+def hinted_micro(schedule: Schedule, step: int) -> int:
     """The restart hints after a failure at `step`: the largest micro-batch that fits what it needed."""
     fits = [m for m in DECLARED.micro_batches() if m <= DECLARED.micro
-            and FIXED + activations(step, m) + CONTEXT <= QUOTA * 0.95]
+            and FIXED + schedule.activations(step, m) + CONTEXT <= QUOTA * 0.95]
     return max(fits, default=1)
 
 
@@ -108,19 +121,19 @@ def composer_halving() -> Policy:
     return Policy("halving on OOM", lambda step, current: current, halve)
 
 
-def controller_policy() -> Policy:
+def controller_policy(schedule: Schedule) -> Policy:
     controller = BatchController(DECLARED, ControllerConfig(memory_budget(QUOTA, context_reserve_bytes=CONTEXT)),
                                  log=lambda line: None)
 
     def plan(step: int, current: int) -> int:
-        return controller.plan_step(seq_len_at(step)).micro
+        return controller.plan_step(schedule.seq_len_at(step)).micro
 
     def on_oom(step: int, failed: int) -> Optional[int]:
-        retry = controller.on_oom(seq_len_at(step))
+        retry = controller.on_oom(schedule.seq_len_at(step))
         return retry.micro if retry else None
 
     def observe(step: int, micro: int, peak: int) -> None:
-        controller.record_micro_step(MicroStepMemory(seq_len_at(step), micro, FIXED, peak, peak))
+        controller.record_micro_step(MicroStepMemory(schedule.seq_len_at(step), micro, FIXED, peak, peak))
 
     def restart(micro: int) -> None:
         controller.geometry = DECLARED.with_micro(micro)
@@ -128,21 +141,21 @@ def controller_policy() -> Policy:
     return Policy("this controller", plan, on_oom, observe, restart)
 
 
-def run(policy: Policy, node: Node, start_micro: int) -> Result:
+def run(policy: Policy, node: Node, schedule: Schedule, start_micro: int) -> Result:
     result = Result(policy.name)
     micro, step, checkpointed = start_micro, 0, 0
     while step < STEPS:
         micro = policy.plan(step, micro)
-        peak = FIXED + activations(step, micro)
+        peak = FIXED + schedule.activations(step, micro)
         if peak > node.allocator_limit:
             result.ooms += 1
-            result.seconds += micro_step_seconds(step, micro) + OOM_RETRY_SECONDS
+            result.seconds += schedule.micro_step_seconds(step, micro) + OOM_RETRY_SECONDS
             retry = policy.on_oom(step, micro)
             if retry is not None:
                 micro = retry
                 continue
         elif node.requeue_above is None or peak + CONTEXT <= node.requeue_above:
-            result.seconds += DECLARED.effective // micro * micro_step_seconds(step, micro)
+            result.seconds += DECLARED.effective // micro * schedule.micro_step_seconds(step, micro)
             policy.observe(step, micro, peak)
             step += 1
             if step % CHECKPOINT_EVERY == 0:
@@ -152,43 +165,42 @@ def run(policy: Policy, node: Node, start_micro: int) -> Result:
         result.restarts += 1
         result.lost_steps += step - checkpointed
         result.seconds += REQUEUE_SECONDS
-        micro = hinted_micro(step)
+        micro = hinted_micro(schedule, step)
         policy.restart(micro)
         step = checkpointed
     result.final_micro = micro
     return result
 
 
-def largest_static_that_fits(node: Node) -> int:
+def largest_static_that_fits(node: Node, schedule: Schedule) -> int:
     return max(m for m in DECLARED.micro_batches() if m <= DECLARED.micro and all(
-        FIXED + activations(s, m) <= node.allocator_limit
-        and (node.requeue_above is None or FIXED + activations(s, m) + CONTEXT <= node.requeue_above)
+        FIXED + schedule.activations(s, m) <= node.allocator_limit
+        and (node.requeue_above is None or FIXED + schedule.activations(s, m) + CONTEXT <= node.requeue_above)
         for s in range(STEPS)))
 
 
-def compare(node: Node) -> List[Result]:
-    baseline_micro = largest_static_that_fits(node)
+def compare(node: Node, schedule: Schedule) -> List[Result]:
+    baseline_micro = largest_static_that_fits(node, schedule)
     largest_fitting = static(baseline_micro)
     largest_fitting.name += " (largest that fits)"
-    results = [run(largest_fitting, node, baseline_micro),
-               run(static(DECLARED.micro), node, DECLARED.micro),
-               run(composer_halving(), node, DECLARED.micro),
-               run(controller_policy(), node, DECLARED.micro)]
-    return results
+    return [run(largest_fitting, node, schedule, baseline_micro),
+            run(static(DECLARED.micro), node, schedule, DECLARED.micro),
+            run(composer_halving(), node, schedule, DECLARED.micro),
+            run(controller_policy(schedule), node, schedule, DECLARED.micro)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     args = parser.parse_args()
-    for node in NODES:
-        results = compare(node)
+    for schedule, node in ((schedule, node) for schedule in SCHEDULES for node in NODES):
+        results = compare(node, schedule)
         baseline = results[0]
         rows = [(r.name, r.lost_steps, r.restarts, r.ooms, f"{r.seconds:.0f}",
                  f"{r.throughput() / baseline.throughput():.0%}", r.final_micro) for r in results]
         header = ("policy", "lost steps", "restarts", "OOMs", "seconds", "throughput", "last micro")
-        print(f"\n{node.name}: {STEPS} steps, effective batch {DECLARED.effective}, seq {seq_len_at(0)}"
-              f" -> {seq_len_at(STEPS - 1)}, quota {QUOTA // GIB}G")
+        print(f"\n{node.name}, seq {schedule.name}: {STEPS} steps, effective batch {DECLARED.effective},"
+              f" quota {QUOTA // GIB}G")
         if args.markdown:
             print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
             for row in rows:

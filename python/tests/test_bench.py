@@ -13,10 +13,17 @@ bench = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # datacl
 spec.loader.exec_module(bench)
 
 
+@pytest.mark.parametrize("schedule", bench.SCHEDULES, ids=lambda schedule: schedule.name)
 @pytest.mark.parametrize("node", bench.NODES, ids=lambda node: node.name)
-def test_the_controller_meets_the_targets(node):
-    baseline, static_declared, halving, controller = bench.compare(node)
+def test_the_controller_meets_the_targets(node, schedule):
+    baseline, static_declared, halving, controller = bench.compare(node, schedule)
     assert (controller.lost_steps, controller.restarts, controller.ooms) == (0, 0, 0)
     assert controller.throughput() >= 0.9 * baseline.throughput()
     assert static_declared.restarts > 0  # the schedule does need adapting
     assert halving.ooms + halving.restarts > 0
+
+
+def test_the_controller_grows_back_when_the_sequences_shorten_and_halving_does_not():
+    back = bench.SCHEDULES[1]
+    *_, halving, controller = bench.compare(bench.NODES[0], back)
+    assert controller.final_micro > halving.final_micro
