@@ -202,7 +202,7 @@ def main() -> None:
         print(f"\n{node.name}, seq {schedule.name}: {STEPS} steps, effective batch {DECLARED.effective},"
               f" quota {QUOTA // GIB}G")
         if args.markdown:
-            print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+            print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
             for row in rows:
                 print("| " + " | ".join(str(c) for c in row) + " |")
         else:
