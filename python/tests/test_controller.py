@@ -172,3 +172,14 @@ def test_deepspeed_config_values_agree_with_the_geometry():
     assert updated == {"train_batch_size": 512, "train_micro_batch_size_per_gpu": 4,
                        "gradient_accumulation_steps": 16, "zero_optimization": {"stage": 2}}
     assert config == {"train_batch_size": 512, "zero_optimization": {"stage": 2}}  # a copy
+
+
+def test_checkpointing_goes_off_first_when_headroom_returns():
+    controller, lines = make(budget=20 * GIB, declared=BatchGeometry(4, 1), grow_after_steps=2)
+    train(controller, 512)
+    train(controller, 4096)  # micro-batch 1 and checkpointing
+    train(controller, 512, steps=2)
+    assert not controller.activation_checkpointing and controller.geometry == BatchGeometry(1, 4)
+    train(controller, 512, steps=2)
+    assert controller.geometry == BatchGeometry(2, 2)
+    assert [line.split()[2] for line in lines] == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]
