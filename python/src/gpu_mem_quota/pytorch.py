@@ -120,6 +120,8 @@ class AdaptiveBatchRunner:
         self._switch_checkpointing = checkpointing_switch(model)
         if self._switch_checkpointing is None:
             controller.config = replace(controller.config, allow_activation_checkpointing=False)
+            # A restart hint may have asked for it; the model has no way, so the fit must not pretend.
+            controller.activation_checkpointing = False
         self._checkpointing_applied = False
         self._apply_checkpointing()
 
