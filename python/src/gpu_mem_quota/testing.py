@@ -1,0 +1,86 @@
+"""A deterministic GPU stand-in for tests and benchmarks: a memory budget that raises the real
+`torch.cuda.OutOfMemoryError`, on the CPU.
+
+It counts what a GPU would hold for a training step: the parameters, their gradients and the
+optimizer's state (the fixed part), plus every tensor autograd saves for the backward pass while the
+graph holding it lives (the activations, seen through `torch.autograd.graph.saved_tensors_hooks`, each
+storage once). Saving one that does not fit raises the OOM in the forward pass, as the CUDA
+allocator would. Activation
+checkpointing really lowers the count: a checkpointed block saves nothing through these hooks.
+
+    budget = MemoryBudget(limit_bytes=24 << 20, model=model, optimizer=optimizer)
+    with budget:
+        runner = AdaptiveBatchRunner(model, optimizer, loss_of, controller, memory=budget)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Dict, Tuple
+
+import torch
+from torch import nn
+
+from .telemetry import AllocatorSnapshot
+
+
+class MemoryBudget:
+    def __init__(self, limit_bytes: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.limit_bytes = limit_bytes  # may be changed between steps: a neighbour came or left
+        self.model, self.optimizer = model, optimizer
+        self.num_ooms = 0
+        self._parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self._saved: Dict[int, Tuple["weakref.ref[torch.Tensor]", int]] = {}  # storage -> (tensor, bytes)
+        self._peak = 0
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda tensor: tensor)
+
+    def __enter__(self) -> "MemoryBudget":
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+    def fixed_bytes(self) -> int:
+        """Parameters, gradients and optimizer state: what stays between micro-steps."""
+        tensors = list(self.model.parameters())
+        tensors += [p.grad for p in self.model.parameters() if p.grad is not None]
+        tensors += [v for state in self.optimizer.state.values() for v in state.values()
+                    if isinstance(v, torch.Tensor)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def live_bytes(self) -> int:
+        """Saved tensors whose graph still holds them (a backward pass, or dropping the graph, frees them)."""
+        self._saved = {ptr: entry for ptr, entry in self._saved.items() if entry[0]() is not None}
+        return sum(nbytes for _, nbytes in self._saved.values())
+
+    def allocated(self) -> int:
+        return self.fixed_bytes() + self.live_bytes()
+
+    def begin_micro_step(self) -> int:
+        self._peak = self.allocated()
+        return self._peak
+
+    def peak(self) -> Tuple[int, int]:
+        return self._peak, self._peak
+
+    def release_cached(self) -> None:
+        """Nothing is cached: what the failed step saved is gone with its graph."""
+
+    def snapshot(self) -> AllocatorSnapshot:
+        allocated = self.allocated()
+        return AllocatorSnapshot(allocated, allocated, self._peak, self._peak, 0, self.num_ooms)
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        ptr = storage.data_ptr()
+        if ptr in self._parameters or ptr in self._saved:
+            return tensor
+        need = self.allocated() + storage.nbytes()
+        if need > self.limit_bytes:
+            self.num_ooms += 1
+            raise torch.cuda.OutOfMemoryError(
+                f"CUDA out of memory (test budget): tried to hold {need} bytes of {self.limit_bytes}")
+        self._saved[ptr] = (weakref.ref(tensor), storage.nbytes())
+        self._peak = max(self._peak, need)
+        return tensor

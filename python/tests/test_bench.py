@@ -1,0 +1,29 @@
+"""The benchmark's targets, on its simulated schedule (no torch): the controller loses no step and
+restarts never, at no less than 90 % of the largest static micro-batch that fits."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parent.parent / "bench" / "seq_len_schedule.py"
+spec = importlib.util.spec_from_file_location("seq_len_schedule", BENCH)
+bench = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+spec.loader.exec_module(bench)
+
+
+@pytest.mark.parametrize("schedule", bench.SCHEDULES, ids=lambda schedule: schedule.name)
+@pytest.mark.parametrize("node", bench.NODES, ids=lambda node: node.name)
+def test_the_controller_meets_the_targets(node, schedule):
+    baseline, static_declared, halving, controller = bench.compare(node, schedule)
+    assert (controller.lost_steps, controller.restarts, controller.ooms) == (0, 0, 0)
+    assert controller.throughput() >= 0.9 * baseline.throughput()
+    assert static_declared.restarts > 0  # the schedule does need adapting
+    assert halving.ooms + halving.restarts > 0
+
+
+def test_the_controller_grows_back_when_the_sequences_shorten_and_halving_does_not():
+    back = bench.SCHEDULES[1]
+    *_, halving, controller = bench.compare(bench.NODES[0], back)
+    assert controller.final_micro > halving.final_micro

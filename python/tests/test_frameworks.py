@@ -1,0 +1,113 @@
+"""The Lightning and Hugging Face callbacks on the tiny model, where those frameworks are installed:
+a step that runs out of memory leaves a smaller geometry behind, and the restart trains at it."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpu_mem_quota import BatchController, BatchGeometry, ControllerConfig, GeometryFile  # noqa: E402
+from gpu_mem_quota.testing import MemoryBudget  # noqa: E402
+
+from tiny_model import batch, next_token_loss, setup  # noqa: E402
+
+SEQ_LEN, SAMPLES = 32, 64
+DECLARED = BatchGeometry(8, 2)
+
+
+def controller_for(geometry_file):
+    resumed = geometry_file.load()
+    return BatchController(DECLARED, ControllerConfig(budget_bytes=None), start=resumed[0] if resumed else None,
+                           log=lambda _: None)
+
+
+def tokens():
+    return batch(SAMPLES, SEQ_LEN, step=0)
+
+
+def lightning_run(tmp_path, limit):
+    pl = pytest.importorskip("lightning.pytorch")
+    from gpu_mem_quota.lightning import QuotaBatchCallback, starting_values
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model, self.optimizer = setup()
+            self.loss_of = next_token_loss(self.model)
+
+        def training_step(self, tokens_batch, batch_idx):
+            return self.loss_of(tokens_batch)
+
+        def configure_optimizers(self):
+            return self.optimizer
+
+    geometry_file = GeometryFile(tmp_path / "geometry.json")
+    controller = controller_for(geometry_file)
+    values = starting_values(controller)
+    module = Module()
+    budget = MemoryBudget(limit, module.model, module.optimizer)
+    callback = QuotaBatchCallback(controller, tmp_path / "last.ckpt", geometry_file, lambda step: SEQ_LEN, budget)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=3, accumulate_grad_batches=values["accumulate_grad_batches"],
+                         callbacks=[callback], logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    loader = torch.utils.data.DataLoader(tokens(), batch_size=values["batch_size"])
+    with budget:
+        trainer.fit(module, loader)
+    return trainer, geometry_file
+
+
+def micro_peak(micro):
+    model, optimizer = setup()
+    budget = MemoryBudget(1 << 40, model, optimizer)
+    with budget:
+        budget.begin_micro_step()
+        next_token_loss(model)(tokens()[:micro]).backward()
+    return budget.peak()[0]
+
+
+def test_lightning_oom_leaves_a_smaller_geometry_and_the_restart_uses_it(tmp_path):
+    limit = (micro_peak(4) + micro_peak(8)) // 2 + (1 << 16)  # room for gradients: 4 fits, 8 does not
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        lightning_run(tmp_path, limit)
+    assert GeometryFile(tmp_path / "geometry.json").load() == (BatchGeometry(4, 4), False)
+    trainer, _ = lightning_run(tmp_path, limit)
+    assert trainer.global_step == 3 and trainer.accumulate_grad_batches == 4
+
+
+def test_hugging_face_oom_leaves_a_smaller_geometry_and_the_restart_uses_it(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from gpu_mem_quota.transformers import QuotaTrainerCallback, oom_guard, training_arguments
+
+    class Wrapped(torch.nn.Module):
+        """The Trainer's contract: forward(**batch) returns the loss first."""
+
+        def __init__(self, model):
+            super().__init__()
+            self.model, self.loss_of = model, next_token_loss(model)
+
+        def forward(self, input_ids):
+            return (self.loss_of(input_ids),)
+
+    limit = (micro_peak(4) + micro_peak(8)) // 2 + (1 << 16)
+
+    def run():
+        geometry_file = GeometryFile(tmp_path / "geometry.json")
+        controller = controller_for(geometry_file)
+        model, _ = setup()
+        wrapped = Wrapped(model)
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "out"), max_steps=3, use_cpu=True, report_to=[], save_strategy="no",
+            logging_strategy="no", learning_rate=1e-2, **training_arguments(controller))
+        optimizer = torch.optim.SGD(wrapped.parameters(), lr=1e-2)
+        budget = MemoryBudget(limit, wrapped, optimizer)
+        callback = QuotaTrainerCallback(controller, geometry_file, lambda step: SEQ_LEN, budget)
+        trainer = transformers.Trainer(model=wrapped, args=args, train_dataset=[{"input_ids": t} for t in tokens()],
+                                       callbacks=[callback], optimizers=(optimizer, None))
+        with budget:
+            oom_guard(callback, trainer.train, lambda: trainer.state.global_step)
+        return trainer, geometry_file
+
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        run()
+    assert GeometryFile(tmp_path / "geometry.json").load() == (BatchGeometry(4, 4), False)
+    trainer, _ = run()
+    assert trainer.state.global_step == 3 and trainer.args.per_device_train_batch_size == 4
