@@ -256,6 +256,7 @@ fn enforcement_settings_good() {
         ("requeue_near_oom = true", |e| e.requeue_near_oom),
         ("hard_limit = false", |e| !e.hard_limit),
         ("hard_limit = true", |e| e.hard_limit),
+        ("kill_leftovers = false", |e| !e.kill_leftovers),
         ("nvml_library = \"/opt/nvidia/lib64/libnvidia-ml.so.1\"", |e| {
             e.nvml_library == Path::new("/opt/nvidia/lib64/libnvidia-ml.so.1")
         }),
@@ -426,7 +427,7 @@ fn structural_errors_name_line_and_key() {
         ),
         (
             "[enforcement]\nintervall = \"2s\"\n",
-            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `requeue_near_oom`, `hard_limit`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
+            "t.toml:2:1: [enforcement] intervall: unknown field `intervall`, expected one of `interval`, `warn_threshold`, `grace`, `grace_over_share`, `action`, `max_requeues`, `escalation`, `no_requeue_action`, `requeue_near_oom`, `hard_limit`, `kill_leftovers`, `nvml_library`, `runtime_dir`, `state_dir`, `on_config_error`",
         ),
         (
             "[defaults]\nquota = \"40G\"\n",

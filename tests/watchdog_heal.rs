@@ -85,7 +85,10 @@ fn heal(peak: u64, mut slurm: FakeSlurm, policy: &HealPolicy) -> (FakeSlurm, Lin
     assert!(slurm.calls.is_empty(), "acted while running: {:?}", slurm.calls);
     lines.lines.clear();
     let mut waits = Vec::new();
-    let mut wait = |pause: Duration| waits.push(pause);
+    let mut wait = |pause: Duration| {
+        waits.push(pause);
+        true
+    };
     after_run(&mut watchdog, policy, &mut slurm, &mut lines, &mut wait);
     (slurm, lines, waits)
 }

@@ -1,10 +1,12 @@
-//! A job's cgroup directory on this node, and whether the job still runs anything here.
+//! A job's cgroup directories on this node, whether the job still runs anything here, and what it
+//! left behind.
 //!
-//! The watchdog finds its job's directory from its own pid (it lives in the job's cgroup: v1 puts
-//! processes spawned from plugin hooks in `job_<id>` itself, v2 in the spawning stepd's cgroup
-//! below a step) and later asks whether any step still has processes: when none has, the job has
-//! ended on this node. Slurm removes a step's directory when the step ends, and cannot remove the
-//! job's directory while the watchdog is inside it, hence "processes in steps", not "directory exists".
+//! The watchdog starts from the job prolog, before Slurm has made the job's cgroup, so it finds the
+//! directory by the job's id and uid where Slurm makes it ([`find_job_dir`]), and later asks
+//! whether any step still has processes: when none has, the job may have ended on this node. At
+//! the job's end, what is still in any cgroup below the job's (a process moved into a sub-cgroup
+//! of its own step, which proctrack/cgroup v1 never signals: review G7) is the job's leftover
+//! ([`leftover_processes`]).
 
 use std::fs;
 use std::io;
@@ -130,4 +132,110 @@ fn has_processes(dir: &Path, ignore_pids: &[u32], depth: usize) -> io::Result<bo
 /// A cgroup removed while it is read: gone (`ENOENT`) or being torn down (`ENODEV`).
 fn vanished(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ENODEV)
+}
+
+/// The job's cgroup directory where Slurm makes it, in the hierarchy Slurm tracks jobs with (v1
+/// `freezer`, else v2, else another v1 controller): `<v1 mount>/slurm[_<node>]/uid_<uid>/job_<id>`
+/// or `<v2 mount>/system.slice/[<node>_]slurmstepd.scope/job_<id>`. `None` until Slurm has made it
+/// (the job's first step on the node), or without cgroup tracking. A few directory reads.
+pub fn find_job_dir(cgroup_root: &Path, job_id: u32, uid: u32) -> Option<PathBuf> {
+    job_dirs(cgroup_root, job_id, uid).into_iter().next()
+}
+
+/// Every cgroup directory of the job on this node, in [`find_job_dir`]'s order of preference.
+pub fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf> {
+    let job = format!("job_{job_id}");
+    let mut found = Vec::new();
+    let v1_job = |mount: &Path| -> Vec<PathBuf> {
+        subdirs(mount)
+            .filter(|root| {
+                root.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("slurm"))
+            })
+            .map(|root| root.join(format!("uid_{uid}")).join(&job))
+            .filter(|dir| dir.is_dir())
+            .collect()
+    };
+    if let Some(freezer) = v1_mount(cgroup_root, "freezer") {
+        found.extend(v1_job(&freezer));
+    }
+    if let Some(v2) = v2_mount(cgroup_root) {
+        let scopes = subdirs(&v2.join("system.slice")).filter(|scope| {
+            scope
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().ends_with("slurmstepd.scope"))
+        });
+        found.extend(scopes.map(|scope| scope.join(&job)).filter(|dir| dir.is_dir()));
+    }
+    let others = subdirs(cgroup_root).filter(|mount| {
+        let name = mount
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        name != "freezer" && name != "unified" && !mount.join("cgroup.controllers").exists()
+    });
+    for mount in others {
+        found.extend(v1_job(&mount));
+    }
+    found.dedup();
+    found
+}
+
+/// Every process in the job's cgroups on this node, at any depth: after the job's end, what
+/// Slurm did not stop. Sorted, each once.
+pub fn leftover_processes(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for dir in job_dirs(cgroup_root, job_id, uid) {
+        collect_processes(&dir, 0, &mut pids);
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn collect_processes(dir: &Path, depth: usize, pids: &mut Vec<u32>) {
+    if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+        pids.extend(procs.lines().filter_map(|line| line.trim().parse::<u32>().ok()));
+    }
+    if depth < MAX_DEPTH_BELOW_STEP + 1 {
+        for sub in subdirs(dir) {
+            collect_processes(&sub, depth + 1, pids);
+        }
+    }
+}
+
+/// The directories in `dir` (none where it cannot be read), not following symlinks.
+fn subdirs(dir: &Path) -> impl Iterator<Item = PathBuf> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|entry| entry.path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_directories_and_leftovers_from_a_v1_tree() {
+        let root = std::env::temp_dir().join(format!("gmq-jobdirs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let freezer = root.join("freezer/slurm_vm/uid_2001/job_12");
+        let memory = root.join("memory/slurm_vm/uid_2001/job_12");
+        fs::create_dir_all(freezer.join("step_batch/keep")).unwrap();
+        fs::create_dir_all(memory.join("step_batch")).unwrap();
+        fs::create_dir_all(root.join("freezer/slurm_vm/uid_2001/job_13")).unwrap();
+        fs::create_dir_all(root.join("freezer/other/uid_2001/job_12")).unwrap();
+        fs::write(freezer.join("step_batch/keep/cgroup.procs"), "301\n").unwrap();
+        fs::write(memory.join("step_batch/cgroup.procs"), "301\n302\n").unwrap();
+        assert_eq!(find_job_dir(&root, 12, 2001), Some(freezer.clone()));
+        assert_eq!(job_dirs(&root, 12, 2001), [freezer, memory]);
+        assert_eq!(find_job_dir(&root, 12, 2002), None, "another uid's");
+        assert_eq!(find_job_dir(&root, 14, 2001), None);
+        assert_eq!(leftover_processes(&root, 12, 2001), [301, 302]);
+        assert!(leftover_processes(&root, 13, 2001).is_empty());
+        fs::remove_dir_all(&root).unwrap();
+    }
 }

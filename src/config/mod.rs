@@ -268,6 +268,11 @@ pub struct Enforcement {
     /// Whether the watchdog sets the quota as the driver's per-cgroup hard limit where the driver
     /// offers one (`watchdog::hard_limit`); `false`: the watchdog alone enforces, on every node.
     pub hard_limit: bool,
+    /// At the job's end (the job epilog), kill what is still in the job's cgroups on the node
+    /// (a process moved into a sub-cgroup of its own step, which Slurm's v1 proctrack never
+    /// signals: it would keep its GPU memory while Slurm hands the GPU out again); `false`:
+    /// report them only. Logged either way.
+    pub kill_leftovers: bool,
     pub nvml_library: PathBuf,
     /// Node-local files of running jobs (root-owned).
     pub runtime_dir: PathBuf,
@@ -327,6 +332,7 @@ impl Default for Enforcement {
             no_requeue_action: Action::Cancel,
             requeue_near_oom: true,
             hard_limit: true,
+            kill_leftovers: true,
             nvml_library: PathBuf::from(limits::NVML_LIBRARY),
             runtime_dir: PathBuf::from(limits::RUNTIME_DIR),
             state_dir: PathBuf::from(limits::STATE_DIR),

@@ -73,6 +73,7 @@ pub(crate) struct RawEnforcement {
     pub(crate) no_requeue_action: Leaf,
     pub(crate) requeue_near_oom: Leaf,
     pub(crate) hard_limit: Leaf,
+    pub(crate) kill_leftovers: Leaf,
     pub(crate) nvml_library: Leaf,
     pub(crate) runtime_dir: Leaf,
     pub(crate) state_dir: Leaf,

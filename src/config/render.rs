@@ -37,6 +37,7 @@ pub fn render(config: &Config) -> String {
     let _ = writeln!(out, "no_requeue_action = \"{}\"", e.no_requeue_action);
     let _ = writeln!(out, "requeue_near_oom = {}", e.requeue_near_oom);
     let _ = writeln!(out, "hard_limit = {}", e.hard_limit);
+    let _ = writeln!(out, "kill_leftovers = {}", e.kill_leftovers);
     let _ = writeln!(out, "nvml_library = {}", quoted_path(&e.nvml_library));
     let _ = writeln!(out, "runtime_dir = {}", quoted_path(&e.runtime_dir));
     let _ = writeln!(out, "state_dir = {}", quoted_path(&e.state_dir));

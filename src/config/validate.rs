@@ -205,6 +205,7 @@ impl Checker<'_> {
         );
         let requeue_near_oom = self.boolean(&raw.requeue_near_oom, &key("requeue_near_oom"));
         let hard_limit = self.boolean(&raw.hard_limit, &key("hard_limit"));
+        let kill_leftovers = self.boolean(&raw.kill_leftovers, &key("kill_leftovers"));
         let nvml_library = self.path(&raw.nvml_library, &key("nvml_library"));
         let runtime_dir = self.parsed(
             &raw.runtime_dir,
@@ -235,6 +236,7 @@ impl Checker<'_> {
             no_requeue_action: no_requeue_action.unwrap_or(built_in.no_requeue_action),
             requeue_near_oom: requeue_near_oom.unwrap_or(built_in.requeue_near_oom),
             hard_limit: hard_limit.unwrap_or(built_in.hard_limit),
+            kill_leftovers: kill_leftovers.unwrap_or(built_in.kill_leftovers),
             nvml_library: nvml_library.unwrap_or(built_in.nvml_library),
             runtime_dir: runtime_dir.unwrap_or(built_in.runtime_dir),
             state_dir: state_dir.unwrap_or(built_in.state_dir),

@@ -1,7 +1,7 @@
 //! What Slurm's plugin loader looks up by name: three data symbols and the hooks the plugin uses.
 //!
-//! Only the hooks we need are exported (see docs: exporting job_prolog/epilog would make slurmd start
-//! a spank stepd for every job). Every hook runs behind `guard`, which turns an error or a panic into
+//! Only the hooks we need are exported. job_prolog and job_epilog make slurmd run a spank prolog and
+//! epilog stepd for every job: the price of a watchdog lifetime that Slurm guarantees. Every hook runs behind `guard`, which turns an error or a panic into
 //! a logged line and a SPANK error code: an unwinding panic across `extern "C"` would abort slurmstepd.
 
 use std::ffi::{c_char, c_int};
@@ -9,7 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 
 use super::handle::{Context, Spank};
-use super::{local, log, remote, sys};
+use super::{job_script, local, log, remote, sys};
 
 #[no_mangle]
 #[used]
@@ -82,6 +82,27 @@ fn run(
     })
 }
 
+/// [`run`] for the job prolog and epilog, whose failure drains the node: an error or a panic is
+/// logged, and the hook still returns 0. Their context is checked, so a call from elsewhere does
+/// nothing.
+fn run_never_failing(
+    hook: &'static str,
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+    body: fn(&Spank) -> Result<(), String>,
+) -> c_int {
+    let _ = guard(hook, || {
+        // SAFETY: these are the arguments Slurm passed to this hook.
+        let spank = unsafe { Spank::from_hook(sp, ac, av) };
+        match spank.context() {
+            Context::JobScript => body(&spank),
+            _ => Ok(()),
+        }
+    });
+    0
+}
+
 /// Every context: check the plugstack arguments, register the options (not in slurmd, which parses none).
 #[no_mangle]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
@@ -115,16 +136,21 @@ pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *m
     })
 }
 
-/// slurmstepd (root), after a task is forked: make sure the job has its watchdog here.
+/// The job prolog (root, before the job's first step on this node): start the job's watchdog.
+/// Never fails: a failing prolog drains the node.
 #[no_mangle]
-pub extern "C" fn slurm_spank_task_post_fork(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("task_post_fork", sp, ac, av, |spank| match spank.context() {
-        Context::Remote => remote::task_post_fork(spank),
-        _ => Ok(()),
-    })
+pub extern "C" fn slurm_spank_job_prolog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run_never_failing("job_prolog", sp, ac, av, job_script::prolog)
 }
 
-/// The end of a step (every context calls it): in slurmstepd, stop the watchdog when the job ends here.
+/// The job epilog (root, after the job's last step on this node): stop the watchdog, and deal with
+/// what the job left in its cgroups. Never fails: a failing epilog drains the node.
+#[no_mangle]
+pub extern "C" fn slurm_spank_job_epilog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    run_never_failing("job_epilog", sp, ac, av, job_script::epilog)
+}
+
+/// The end of a step (every context calls it): in slurmstepd, the batch step's final record.
 #[no_mangle]
 pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     run("exit", sp, ac, av, |spank| match spank.context() {

@@ -216,12 +216,7 @@ impl Spank {
         self.item(item!(S_JOB_STEPID: u32))
     }
 
-    /// The local task id of the task being forked/exited (task hooks in the remote context).
-    pub(crate) fn task_id(&self) -> Result<i32, SpankError> {
-        self.item(item!(S_TASK_ID: c_int))
-    }
-
-    /// The job id (remote and local contexts).
+    /// The job id (remote, local and job-script contexts).
     pub(super) fn job_id(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_ID: u32))
     }

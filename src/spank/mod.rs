@@ -10,10 +10,12 @@
 //! - `log`: Slurm's logger, every line prefixed with the plugin's name;
 //! - `options`: the option table, in one place, and its callback;
 //! - `exports`: the symbols and hooks the loader looks up, each behind a panic guard;
-//! - `local` (sbatch, salloc, srun on the login node) and `remote` (slurmstepd): one module per context.
+//! - `local` (sbatch, salloc, srun on the login node), `remote` (slurmstepd) and `job_script` (the
+//!   job prolog and epilog): one module per context.
 
 mod exports;
 mod handle;
+mod job_script;
 mod local;
 mod log;
 mod options;

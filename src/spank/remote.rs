@@ -3,12 +3,12 @@
 //! - `user_init` (once per step, in slurmstepd): decide the step's quota from the option value, the
 //!   policy and the job's identity. It never fails: a failed `user_init` makes slurmd report
 //!   "could not execve job" and drain the node.
-//! - `task_post_fork` (slurmstepd, root, after the first task is forked): make sure the job has its
-//!   watchdog on this node (one per job per node, whatever the number of steps).
 //! - `task_init` (each task's child, as the user, just before exec): apply the decision: write the
 //!   environment, or fail the task (exit code 1) with the reason.
-//! - `exit` of the extern step (the job ends on this node; with `PrologFlags=Contain`) or of the
-//!   batch step (the batch script ended): stop the watchdog.
+//! - `exit` of the batch step (the batch script ended): write the run's final record.
+//!
+//! The job's watchdog on this node is started and stopped by the job prolog and epilog
+//! (`super::job_script`).
 //!
 //! The option value reaches this process through the job's environment, which the user controls:
 //! it is validated again here.
@@ -20,29 +20,27 @@ use std::sync::Mutex;
 use super::handle::Spank;
 use super::{log, options};
 use crate::admission::{self, NodeVerdict};
-use crate::attribute::{same_process, signal};
 use crate::config;
 use crate::controller::{record_entry, AdminComment, ControlError, Controller, SlurmController};
 use crate::hints;
 use crate::job_env;
-use crate::launch::{self, spawn, Params};
+use crate::launch;
 use crate::plugin_args::{parse_plugin_args, PluginArgs};
-use crate::preempt::registry;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
 use crate::slurmctl::{JobInfo, SlurmTools};
 
-/// Slurm's step ids for the extern and batch steps (slurm.h: SLURM_EXTERN_CONT, SLURM_BATCH_SCRIPT).
-const EXTERN_STEP: u32 = 0xffff_fffc;
+/// Slurm's step id for the batch step (slurm.h: SLURM_BATCH_SCRIPT).
 const BATCH_STEP: u32 = 0xffff_fffb;
 
 /// What `user_init` decided for this step; every task child inherits it (they are forks).
 #[derive(Clone)]
 struct StepPlan {
     verdict: Result<NodeVerdict, String>,
-    /// The watchdog to make sure of, when the policy is usable and the job has GPUs here.
-    watch: Option<Watch>,
+    /// The status file the job's watchdog here writes, when the policy is usable and the job has
+    /// GPUs here (the job prolog started the watchdog).
+    status_file: Option<PathBuf>,
     /// What the framework caps and restart hints need, when the policy is usable.
     tuning: Option<Tuning>,
     /// The restart hints of a requeued job (decided once per step, from slurmctld's record).
@@ -56,13 +54,6 @@ struct Tuning {
     /// The GPU size quotas are measured against (the node's real one where known).
     gpu_total: Option<ByteSize>,
     visible_devices: u32,
-}
-
-#[derive(Clone)]
-struct Watch {
-    params: Params,
-    runtime_dir: PathBuf,
-    program: PathBuf,
 }
 
 static STEP: Mutex<Option<StepPlan>> = Mutex::new(None);
@@ -89,38 +80,6 @@ pub(crate) fn user_init(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
-pub(crate) fn task_post_fork(spank: &Spank) -> Result<(), String> {
-    if spank.task_id().unwrap_or(0) != 0 {
-        return Ok(());
-    }
-    let Some(watch) = step_plan().and_then(|p| p.watch) else {
-        return Ok(());
-    };
-    let job = watch.params.job_id;
-    if let Some(running) = runtime::read_pid_file(&watch.runtime_dir, job) {
-        if same_process(Path::new("/proc"), &running) {
-            return Ok(()); // an earlier step of this job started it
-        }
-    }
-    log::verbose(&format!(
-        "job {job}: starting its watchdog here (step {}, GPU(s) {})",
-        spank.step_id().map(|s| s.to_string()).unwrap_or_default(),
-        watch.params.gpus.join(",")
-    ));
-    let env = spawn::clean_environment(
-        std::env::var("SLURM_CONF").ok().as_deref(),
-        std::env::var("SLURMD_NODENAME").ok().as_deref(),
-    );
-    // A failure to start the watchdog must not fail the job: log it, the job runs unwatched.
-    if let Err(e) = spawn::spawn_detached(&watch.program, &watch.params.to_args(), &env) {
-        log::error(&format!(
-            "job {job}: cannot start the watchdog {}: {e}",
-            watch.program.display()
-        ));
-    }
-    Ok(())
-}
-
 pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
     // Should user_init not have run in this process, decide here: the same inputs, the same answer.
     let plan = step_plan().unwrap_or_else(|| plan(spank));
@@ -133,8 +92,7 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
         None => Vec::new(),
     };
     // The status file speaks of the quota: a job without one is left exactly as it was.
-    if let Some(watch) = plan.watch.as_ref().filter(|_| verdict.quota.is_some()) {
-        let status = runtime::status_file(&watch.runtime_dir, watch.params.job_id);
+    if let Some(status) = plan.status_file.as_ref().filter(|_| verdict.quota.is_some()) {
         vars.push((job_env::STATUS_FILE, status.display().to_string()));
     }
     if let (Some(quota), Some(tuning)) = (verdict.quota, &plan.tuning) {
@@ -316,55 +274,16 @@ fn restarted(spank: &Spank, slurmctld: &JobFromSlurmctld) -> Result<bool, String
         .map_err(|e| format!("cannot read the job's restart count from slurmctld: {e}"))
 }
 
-/// The job is done on this node (extern step) or its batch script is (batch step): stop the watchdog.
+/// The batch script ended: its record goes into the AdminComment while slurmctld still takes it.
+/// (The job epilog stops the watchdog: `super::job_script`.)
 pub(super) fn exit(spank: &Spank) -> Result<(), String> {
-    let step = spank.step_id().map_err(|e| e.to_string())?;
-    if step != EXTERN_STEP && step != BATCH_STEP {
+    if spank.step_id().map_err(|e| e.to_string())? != BATCH_STEP {
         return Ok(());
     }
     let job = spank.job_id().map_err(|e| e.to_string())?;
     let args = plugin_args(spank)?;
-    let policy = match config::load(&args.config) {
-        Ok(policy) => policy,
-        Err(e) => {
-            // No usable policy: no watchdog was started by this plugin (one that was stops with
-            // its job: the job's cgroup empties).
-            log::verbose(&format!(
-                "job {job}: the policy is unusable ({e}): no watchdog to stop"
-            ));
-            return Ok(());
-        }
-    };
-    let runtime_dir = policy.enforcement.runtime_dir;
-    if step == BATCH_STEP {
-        record_at_job_end(job, &runtime_dir);
-    }
-    let watchdog = runtime::read_pid_file(&runtime_dir, job);
-    match watchdog.map(|w| (w, signal(Path::new("/proc"), &w, libc::SIGTERM))) {
-        // Through a pidfd, to the very process the pid file names (pid and start time).
-        Some((watchdog, Ok(()))) => log::verbose(&format!(
-            "job {job}: stopping its watchdog (pid {})",
-            watchdog.pid
-        )),
-        // Not running (it died, or never started): its files must not outlive the job, the
-        // runtime directory nor the metrics file (node_exporter would export a dead job's last
-        // sample for ever) nor its preemption registry entry.
-        signalled => {
-            log::verbose(&format!(
-                "job {job}: no watchdog to stop ({}): removing its files",
-                match signalled {
-                    Some((w, Err(e))) => format!("pid {}: {e}", w.pid),
-                    _ => "no pid file".to_string(),
-                }
-            ));
-            let _ = runtime::remove_job_dir(&runtime_dir, job);
-            if let Some(dir) = &policy.metrics.textfile_dir {
-                let _ = crate::textfile::remove(dir, &crate::metrics::file_name(job));
-            }
-            if let Ok(Some(registry)) = registry::Registry::open_existing(&runtime_dir) {
-                let _ = registry.remove(job);
-            }
-        }
+    if let Ok(policy) = config::load(&args.config) {
+        record_at_job_end(job, &policy.enforcement.runtime_dir);
     }
     Ok(())
 }
@@ -458,34 +377,22 @@ fn plan(spank: &Spank) -> StepPlan {
             }
             _ => Vec::new(),
         };
-        let watch = match (&policy, gpus) {
-            (Ok(config), Some(gpus)) => Some(Watch {
-                params: Params {
-                    job_id,
-                    uid: spank.job_uid().map_err(|e| e.to_string())?,
-                    gid: spank.job_gid().map_err(|e| e.to_string())?,
-                    quota: verdict.quota,
-                    gpus,
-                    config: args.config.clone(),
-                    preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
-                },
-                runtime_dir: config.enforcement.runtime_dir.clone(),
-                program: args.watchdog.clone(),
-            }),
+        let status_file = match (&policy, gpus) {
+            (Ok(config), Some(_)) => Some(runtime::status_file(&config.enforcement.runtime_dir, job_id)),
             _ => None,
         };
-        Ok((verdict, watch, tuning, restart_hints))
+        Ok((verdict, status_file, tuning, restart_hints))
     })();
     match decided {
-        Ok((verdict, watch, tuning, restart_hints)) => StepPlan {
+        Ok((verdict, status_file, tuning, restart_hints)) => StepPlan {
             verdict: Ok(verdict),
-            watch,
+            status_file,
             tuning,
             restart_hints,
         },
         Err(refusal) => StepPlan {
             verdict: Err(refusal),
-            watch: None,
+            status_file: None,
             tuning: None,
             restart_hints: Vec::new(),
         },

@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use super::contend::{Contender, JobFacts};
@@ -34,9 +34,12 @@ use crate::slurmctl::{CtlError, JobRecord};
 use crate::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// How many stop signals came: the first ends the watch, a second one self-healing's wait too.
+static STOP_SIGNALS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn on_stop_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
+    STOP_SIGNALS.fetch_add(1, Ordering::SeqCst);
 }
 
 fn install_signal_handlers() {
@@ -209,6 +212,8 @@ pub(crate) fn run(params: Params) -> ExitCode {
 }
 
 const PROC_ROOT: &str = "/proc";
+/// How often a watchdog that has no job cgroup to look at asks slurmctld whether its job still runs.
+const NO_CGROUP_CHECK_EVERY: Duration = Duration::from_secs(300);
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// A started watchdog: its job's lock held, its edges open.
@@ -233,6 +238,8 @@ struct Daemon {
     contender: Option<Contender>,
     /// The driver's hard limit set for the job's cgroup, cleared on the way out.
     hard_limit: Option<(Setter, InForce)>,
+    /// The hard limit is still to be set: once the job's cgroup exists (its first step here).
+    hard_limit_due: bool,
     /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
     presence: Presence,
 }
@@ -245,8 +252,8 @@ impl Daemon {
         let (dir, lock) = take_job_lock(&settings, params.job_id, &mut log)?;
         install_signal_handlers();
         let me = write_pid_file(&dir, &mut log);
-        // First look at once, while the step that started this watchdog still runs.
-        let mut presence = Presence::of_own_job(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT));
+        // The job's cgroup, once Slurm has made it (the prolog that started this watchdog runs first).
+        let mut presence = Presence::of_job(Path::new(CGROUP_ROOT), params.job_id, params.uid);
         sweep_leftovers(&policy, &mut log);
         let mut control = SlurmController::from_env(params.job_id);
         let node = crate::slurmctl::this_node();
@@ -284,21 +291,14 @@ impl Daemon {
         };
         let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
             .with_prediction(policy.prediction.clone());
-        let hard_limit = match (&source, quota) {
-            (Some(source), Some(quota)) if settings.hard_limit => set_hard_limit(
-                &settings.nvml_library,
-                source,
-                presence.job_dir(),
-                quota.bytes(),
-                &mut reporter,
-            ),
+        let hard_limit_due = match (&source, quota) {
+            (Some(_), Some(_)) if settings.hard_limit => true,
             (Some(_), Some(_)) => {
                 reporter.info(&Outcome::SwitchedOff.log_line());
-                None
+                false
             }
-            _ => None,
+            _ => false,
         };
-        watchdog.set_hard_limit(hard_limit.as_ref().map(|(_, f)| f.clone()));
         if let Ok(job) = &job {
             watchdog.set_run(job.restarts);
             watchdog.set_node_count(job.node_count);
@@ -347,7 +347,8 @@ impl Daemon {
             watchdog,
             attributor,
             contender,
-            hard_limit,
+            hard_limit: None,
+            hard_limit_due,
             presence,
         })
     }
@@ -402,12 +403,17 @@ impl Daemon {
                     &mut self.reporter,
                 );
             }
+            // The job epilog ends the watch. slurmctld is asked only where that may not be
+            // enough: after an action (to see the job leave RUNNING), and on a node without a
+            // job cgroup to look at (no cgroup tracking), should the epilog's signal never come.
             let check_every = if self.watchdog.has_acted() {
-                self.settings.interval
+                Some(self.settings.interval)
+            } else if self.presence.job_dir().is_none() {
+                Some(NO_CGROUP_CHECK_EVERY)
             } else {
-                Duration::from_secs(30)
+                None
             };
-            if last_check.elapsed() >= check_every {
+            if check_every.is_some_and(|every| last_check.elapsed() >= every) {
                 last_check = Instant::now();
                 match still_running(&mut self.control, self.watchdog.run()) {
                     Ok(false) => break,
@@ -425,11 +431,33 @@ impl Daemon {
             ) {
                 break;
             }
+            // After the look at the job's cgroup, which finds it once Slurm has made it.
+            self.set_hard_limit_when_due(&gpus);
             if sleep_or_stop(jitter.around(self.settings.interval)) {
                 break;
             }
         }
         self.gpus = Some(gpus);
+    }
+
+    /// Sets the quota as the driver's hard limit on the job's cgroup, once that cgroup exists: the
+    /// watchdog starts from the prolog, before the job's first step, and the limit is the cgroup's.
+    fn set_hard_limit_when_due(&mut self, gpus: &NvmlSource) {
+        let (true, Some(job_dir), Some(quota)) =
+            (self.hard_limit_due, self.presence.job_dir(), self.watchdog.quota)
+        else {
+            return;
+        };
+        self.hard_limit_due = false;
+        self.hard_limit = set_hard_limit(
+            &self.settings.nvml_library,
+            gpus,
+            Some(job_dir),
+            quota.bytes(),
+            &mut self.reporter,
+        );
+        self.watchdog
+            .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
     }
 
     /// The run ended here: requeue a batch job that failed near out of memory (`super::heal`).
@@ -439,8 +467,19 @@ impl Daemon {
             max_requeues: self.settings.max_requeues,
             near_margin: self.near_margin,
         };
-        // A plain sleep: the stop signal that ended the watch is what this waits past.
-        let mut wait = |pause: Duration| std::thread::sleep(pause);
+        // The stop signal that ended the watch is what this waits past; another one (the job
+        // prolog of the job's next run here, G14) ends the wait.
+        let signals = STOP_SIGNALS.load(Ordering::SeqCst);
+        let mut wait = |pause: Duration| {
+            let end = Instant::now() + pause;
+            while Instant::now() < end {
+                if STOP_SIGNALS.load(Ordering::SeqCst) > signals.max(1) {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            true
+        };
         heal::after_run(
             &mut self.watchdog,
             &policy,

@@ -108,13 +108,15 @@ pub fn decide(
 }
 
 /// The run ended here (the plugin stopped the watchdog, or slurmctld says the job left RUNNING):
-/// requeue it when [`decide`] says so. `wait` sleeps between questions to slurmctld.
+/// requeue it when [`decide`] says so. `wait` sleeps between questions to slurmctld, and says
+/// whether to go on asking (`false`: the watchdog is told to go, as when the job's next run starts
+/// here: review G14).
 pub fn after_run(
     watchdog: &mut Watchdog,
     policy: &HealPolicy,
     control: &mut dyn Controller,
     report: &mut dyn Reporter,
-    wait: &mut dyn FnMut(Duration),
+    wait: &mut dyn FnMut(Duration) -> bool,
 ) {
     let (Some(quota), Some(run)) = (watchdog.quota, watchdog.run) else {
         return;
@@ -185,7 +187,7 @@ pub fn after_run(
 fn final_state(
     control: &mut dyn Controller,
     report: &mut dyn Reporter,
-    wait: &mut dyn FnMut(Duration),
+    wait: &mut dyn FnMut(Duration) -> bool,
 ) -> Option<JobEnd> {
     let mut last: Option<JobEnd> = None;
     let mut failure: Option<ControlError> = None;
@@ -197,8 +199,9 @@ fn final_state(
             Err(e) if e.job_gone() => return None,
             Err(e) => failure = Some(e),
         }
-        if attempt < END_POLLS {
-            wait(END_POLL);
+        if attempt < END_POLLS && !wait(END_POLL) {
+            report.info("self-healing: told to stop while waiting for the job's end: left as it is");
+            return None;
         }
     }
     match (last, failure) {

@@ -1,13 +1,12 @@
 //! Whether the job still runs anything on this node, from the kernel: the watchdog's own way to
-//! end with its job. The plugin's SIGTERM at the job's end is the usual one; this is what ends a
-//! watchdog whose signal never came (the exit hook found no usable policy or pid file, or slurmstepd
-//! was killed), within [`CHECK_EVERY`] rather than at the next slurmctld check (30 s).
+//! end with its job should the job epilog's SIGTERM never come (slurmd killed or restarted while
+//! the job ended, an epilog that timed out).
 //!
-//! The job's cgroup is the watchdog's own (the plugin starts it inside, the kernel says which:
-//! [`attribute::job_cgroup`]); the job may have left once none of its steps has a process other than
-//! the watchdog ([`attribute::job_active_on_node`]). Only a job seen active once is taken as gone: a
-//! watchdog may start before the first task is in its step's cgroup. A cgroup that cannot be read
-//! keeps the watchdog watching: stopping on a doubt would leave the job unwatched.
+//! The watchdog starts from the job prolog, before Slurm has made the job's cgroup: it looks for
+//! the directory by the job's id and uid until it is there ([`attribute::find_job_dir`]); the job
+//! may have left once none of its steps has a process ([`attribute::job_active_on_node`]). Only a
+//! job seen active once is taken as gone: the prolog runs before the first step. A cgroup that
+//! cannot be read keeps the watchdog watching: stopping on a doubt would leave the job unwatched.
 //!
 //! Empty steps are not proof: where Slurm makes a step's v1 directories the user's (22.05), a job
 //! can move all its processes into a cgroup of its own below another job's step. So the caller asks
@@ -41,8 +40,10 @@ pub enum Check {
 /// The job's presence on this node, as its cgroup shows it.
 #[derive(Debug)]
 pub struct Presence {
-    /// `None`: the watchdog is in no job's cgroup (no cgroup tracking): never concludes.
+    /// `None`: not found (yet): never concludes.
     job_dir: Option<PathBuf>,
+    /// Where to look for it while it is not found: the cgroup mount, the job's id and uid.
+    find: Option<(PathBuf, u32, u32)>,
     /// The watchdog itself, which may live in a step's cgroup (v2) and is not the job's.
     own_pid: u32,
     seen_active: bool,
@@ -54,11 +55,12 @@ pub struct Presence {
 }
 
 impl Presence {
-    /// The job whose cgroup holds this process.
-    pub fn of_own_job(proc_root: &Path, cgroup_root: &Path) -> Presence {
-        let own_pid = std::process::id();
-        let job_dir = attribute::job_cgroup(proc_root, cgroup_root, own_pid).map(|cgroup| cgroup.dir);
-        Presence::in_cgroup(job_dir, own_pid)
+    /// Job `job_id` of user `uid`, whose cgroup Slurm makes below `cgroup_root` (perhaps later).
+    pub fn of_job(cgroup_root: &Path, job_id: u32, uid: u32) -> Presence {
+        let mut presence = Presence::in_cgroup(None, std::process::id());
+        presence.find = Some((cgroup_root.to_path_buf(), job_id, uid));
+        presence.look(Instant::now());
+        presence
     }
 
     /// The job whose cgroup directory is `job_dir`, watched by the process `own_pid`.
@@ -67,6 +69,7 @@ impl Presence {
     pub fn in_cgroup(job_dir: Option<PathBuf>, own_pid: u32) -> Presence {
         let mut presence = Presence {
             job_dir,
+            find: None,
             own_pid,
             seen_active: false,
             next_look: None,
@@ -127,6 +130,11 @@ impl Presence {
 
     /// One look at the job's cgroup: whether a step has a process; `None` where it cannot tell.
     fn look(&mut self, now: Instant) -> Option<bool> {
+        if self.job_dir.is_none() {
+            let (root, job_id, uid) = self.find.as_ref()?;
+            self.next_look = Some(now + CHECK_EVERY);
+            self.job_dir = attribute::find_job_dir(root, *job_id, *uid);
+        }
         let dir = self.job_dir.as_ref()?;
         self.next_look = Some(now + CHECK_EVERY);
         let active = attribute::job_active_on_node(dir, &[self.own_pid]).ok()?;
@@ -224,6 +232,27 @@ mod tests {
         let t4 = t3 + RECHECK_AFTER_DENIAL;
         assert_eq!(presence.check(t4, || Ok(false)), Check::Left);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_job_cgroup_made_after_the_watchdog_started_is_found() {
+        let root = std::env::temp_dir().join(format!("gmq-presence-{}-late", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("freezer/slurm_vm/uid_2001")).unwrap();
+        let mut presence = Presence::of_job(&root, 12, 2001);
+        let t0 = Instant::now();
+        assert!(presence.job_dir().is_none() && !presence.job_left(t0));
+        let step = root.join("freezer/slurm_vm/uid_2001/job_12/step_extern");
+        fs::create_dir_all(&step).unwrap();
+        fs::write(step.join("cgroup.procs"), "231\n").unwrap();
+        assert!(!presence.job_left(t0 + CHECK_EVERY));
+        assert_eq!(
+            presence.job_dir(),
+            Some(root.join("freezer/slurm_vm/uid_2001/job_12").as_path())
+        );
+        fs::write(step.join("cgroup.procs"), "").unwrap();
+        assert!(presence.job_left(t0 + 2 * CHECK_EVERY));
+        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

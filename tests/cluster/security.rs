@@ -1005,3 +1005,66 @@ fn g1_a_users_queue_flood_blinds_no_watchdog() {
     );
     eprintln!("g1: {:?}", t0.elapsed());
 }
+
+/// G7 (cgroup v1): a process the job moves into a cgroup it made below its own step is never
+/// signalled by Slurm (proctrack/cgroup kills the step's own `cgroup.procs` only) and would keep
+/// its GPU memory after the job's end. The job epilog kills it, says so, and the GPU's memory is
+/// free again for the next job.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g7_a_process_hidden_below_its_step_does_not_outlive_the_job() {
+    if !Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        eprintln!("skipped: not a cgroup v1 node");
+        return;
+    }
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-g7");
+    // Claims 20G of GPU $1, moves itself into cgroup $2, and stays.
+    let keep = dir.join("keep.sh");
+    std::fs::write(
+        &keep,
+        format!("#!/bin/bash\necho 20G > {FAKE_PROCS}/$1/$$\necho $$ > $2/cgroup.procs\nexec sleep 600\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&keep, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = format!(
+        "F=$(awk -F: '/freezer/{{print $3}}' /proc/self/cgroup); K=/sys/fs/cgroup/freezer$F/keep; \
+         mkdir $K || {{ echo no-subcgroup; exit 0; }}; G=${{SLURM_JOB_GPUS%%,*}}; \
+         setsid {keep} $G $K & sleep 2; echo hidden=$(cat $K/cgroup.procs) gpu=$G; exit 0",
+        keep = keep.display()
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1"], &script);
+    assert!(
+        wait_until(Duration::from_secs(60), || state(job) == "COMPLETED"),
+        "job {job}: {}",
+        state(job)
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    if output.contains("no-subcgroup") {
+        eprintln!("skipped: Slurm's step cgroups are root's here: the user cannot make one");
+        return;
+    }
+    let hidden: u32 = value_of(&output, "hidden")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("job {job}: {output}"));
+    let gpu = value_of(&output, "gpu").unwrap_or_default();
+    // The fake NVML counts a claim while its process lives: once it is gone, so is its memory.
+    let gone = wait_until(Duration::from_secs(20), || {
+        !Path::new(&format!("/proc/{hidden}")).exists()
+    });
+    let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(&gpu).join(hidden.to_string()));
+    if !gone {
+        let _ = Command::new("/bin/kill")
+            .args(["-9", &hidden.to_string()])
+            .status();
+    }
+    assert!(gone, "job {job}: process {hidden} outlived the job: {output}");
+    let said = format!("job {job}: process {hidden} was still in the job's cgroup after its end");
+    assert!(
+        slurmd_log()
+            .lines()
+            .any(|l| l.contains(&said) && l.contains("killed")),
+        "job {job}: the epilog did not say it killed {hidden}"
+    );
+    eprintln!("g7: job {job}: process {hidden} killed at the job's end");
+}

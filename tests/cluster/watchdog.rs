@@ -589,7 +589,7 @@ fn two_steps_starting_at_once_get_one_watchdog() {
     let _policy = install_policy(&policy(""));
     let dir = user_dir("wd-two-steps");
     let (id_file, go) = (dir.join("job-id"), dir.join("go"));
-    // salloc: no batch step starts a watchdog first; the two srun steps are the job's first tasks.
+    // salloc: no batch step; the two srun steps start at once, and neither starts a watchdog.
     let script = format!(
         "echo $SLURM_JOB_ID > {id}; while [ ! -e {go} ]; do sleep 0.1; done; \
          srun --overlap -n1 sleep 4 & srun --overlap -n1 sleep 4 & wait; echo steps-done",
@@ -609,10 +609,13 @@ fn two_steps_starting_at_once_get_one_watchdog() {
         "salloc gave no job"
     );
     let job: u32 = std::fs::read_to_string(&id_file).unwrap().trim().parse().unwrap();
+    // The job prolog started it at allocation (PrologFlags=Contain), before any step.
     assert!(
-        watchdog_pids(job).is_empty(),
-        "job {job}: a watchdog before any step"
+        wait_until(Duration::from_secs(5), || watchdog_pids(job).len() == 1),
+        "job {job}: no watchdog from the prolog: {:?}",
+        watchdog_pids(job)
     );
+    let from_prolog = watchdog_pids(job);
 
     // Watch /proc closely while both steps start: every watchdog process seen, and when.
     run_checked(std::process::Command::new("touch").arg(&go));
@@ -643,6 +646,11 @@ fn two_steps_starting_at_once_get_one_watchdog() {
     assert_eq!(lasting.len(), 1, "job {job}: watchdogs that stayed: {lasting:?}");
     let watchdog = lasting[0];
     assert_eq!(watchdog_pids(job), vec![watchdog]);
+    assert_eq!(
+        vec![watchdog],
+        from_prolog,
+        "job {job}: the steps started a watchdog of their own"
+    );
 
     // One more, exactly as the plugin starts it, while the first runs: it cannot take the lock and
     // exits at once, quietly, and the first goes on.
