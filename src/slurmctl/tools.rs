@@ -124,24 +124,7 @@ impl SlurmTools {
     /// `squeue --noheader --states=all --jobs=ID --Format=...`: the job's state, requeue facts and
     /// rank, from columns that hold no user-written text ([`parse_squeue`]).
     pub fn job(&self, job_id: u32) -> Result<JobInfo, CtlError> {
-        let squeue = self.squeue_path();
-        if self.json_job_reads {
-            let args = vec![
-                "--json".to_string(),
-                "--states=all".to_string(),
-                format!("--jobs={job_id}"),
-            ];
-            let stdout = self.read(&squeue, &args, MAX_JSON_OUTPUT_BYTES)?;
-            return parse_job_info_json(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message));
-        }
-        let args = vec![
-            "--noheader".to_string(),
-            "--states=all".to_string(),
-            format!("--jobs={job_id}"),
-            format!("--Format={SQUEUE_FORMAT}"),
-        ];
-        let stdout = self.read(&squeue, &args, MAX_OUTPUT_BYTES)?;
-        parse_squeue(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
+        self.one_job(job_id, SQUEUE_FORMAT, parse_job_info_json, parse_squeue)
     }
 
     /// The job's whole record: AdminComment, identity, shards per node, how it ended. One
@@ -151,24 +134,37 @@ impl SlurmTools {
     /// can make too big or too slow to read (G1): it is never asked for. Each value is its own JSON
     /// field or column, so no user-written text can pose as one.
     pub fn job_record(&self, job_id: u32) -> Result<JobRecord, CtlError> {
+        self.one_job(job_id, RECORD_FORMAT, parse_squeue_json, parse_squeue_record)
+    }
+
+    /// One job's squeue output, read by `json` where this Slurm's `squeue --json --jobs=ID` prints
+    /// that job alone, else by `columns` from `--Format=format`.
+    fn one_job<T>(
+        &self,
+        job_id: u32,
+        format: &str,
+        json: fn(&str, u32) -> Result<T, String>,
+        columns: fn(&str, u32) -> Result<T, String>,
+    ) -> Result<T, CtlError> {
         let squeue = self.squeue_path();
-        if self.json_job_reads {
+        let (args, read, cap) = if self.json_job_reads {
             let args = vec![
                 "--json".to_string(),
                 "--states=all".to_string(),
                 format!("--jobs={job_id}"),
             ];
-            let stdout = self.read(&squeue, &args, MAX_JSON_OUTPUT_BYTES)?;
-            return parse_squeue_json(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message));
-        }
-        let args = vec![
-            "--noheader".to_string(),
-            "--states=all".to_string(),
-            format!("--jobs={job_id}"),
-            format!("--Format={RECORD_FORMAT}"),
-        ];
-        let stdout = self.read(&squeue, &args, MAX_OUTPUT_BYTES)?;
-        parse_squeue_record(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
+            (args, json, MAX_JSON_OUTPUT_BYTES)
+        } else {
+            let args = vec![
+                "--noheader".to_string(),
+                "--states=all".to_string(),
+                format!("--jobs={job_id}"),
+                format!("--Format={format}"),
+            ];
+            (args, columns, MAX_OUTPUT_BYTES)
+        };
+        let stdout = self.read(&squeue, &args, cap)?;
+        read(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
     }
 
     /// [`SlurmTools::job_record`] with the job's GPUs on each node: what the watchdog starts with.
