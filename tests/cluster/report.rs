@@ -39,16 +39,15 @@ fn a_job_at_30g_of_40g_reports_75_percent_and_shows_in_status_and_metrics() {
     });
     assert!(seen, "status: {}", run_binary(&["status", "--config", &config]));
     let prom = lab().join(format!("gmq/metrics/gpu_mem_quota_job_{job}.prom"));
-    assert!(
-        wait_until(Duration::from_secs(5), || prom.exists()),
-        "no {}",
-        prom.display()
-    );
-    let text = std::fs::read_to_string(&prom).unwrap_or_default();
-    assert!(
-        text.contains("gpu_mem_quota_used_bytes") && text.contains("32212254720"),
-        "{text}"
-    );
+    // The watchdog writes it from its first sample on (it starts with the job, from the prolog):
+    // the job's 30G shows at a sample after the job claimed it.
+    let used_30g = |text: &str| text.contains("gpu_mem_quota_used_bytes") && text.contains("32212254720");
+    let mut text = String::new();
+    let sampled = wait_until(Duration::from_secs(5), || {
+        text = std::fs::read_to_string(&prom).unwrap_or_default();
+        used_30g(&text)
+    });
+    assert!(sampled, "{}: {text}", prom.display());
     assert!(text.contains("42949672960"), "quota missing: {text}");
 
     // After: the metrics file is gone, the record is in accounting, the report says 75 %.
