@@ -143,7 +143,7 @@ pub fn find_job_dir(cgroup_root: &Path, job_id: u32, uid: u32) -> Option<PathBuf
 }
 
 /// Every cgroup directory of the job on this node, in [`find_job_dir`]'s order of preference.
-pub fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf> {
+pub(crate) fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf> {
     let job = format!("job_{job_id}");
     let mut found = Vec::new();
     let v1_job = |mount: &Path| -> Vec<PathBuf> {
@@ -183,7 +183,7 @@ pub fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf> {
 
 /// Every process in the job's cgroups on this node, at any depth: after the job's end, what
 /// Slurm did not stop. Sorted, each once.
-pub fn leftover_processes(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<u32> {
+pub(crate) fn leftover_processes(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<u32> {
     let mut pids = Vec::new();
     for dir in job_dirs(cgroup_root, job_id, uid) {
         collect_processes(&dir, 0, &mut pids);

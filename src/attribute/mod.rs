@@ -63,9 +63,7 @@ use std::path::Path;
 
 pub use cgroup::Level;
 pub use identity::{identify, same_process, signal, ProcessIdentity};
-pub use job_cgroup::{
-    find_job_dir, job_active_on_node, job_cgroup, job_dirs, leftover_processes, v2_mount, JobCgroup,
-};
+pub use job_cgroup::{find_job_dir, job_active_on_node, job_cgroup, v2_mount, JobCgroup};
 pub use leftover::{sweep_leftovers, Leftover, LeftoverOutcome};
 pub use step::Step;
 

@@ -1,8 +1,9 @@
 //! What Slurm's plugin loader looks up by name: three data symbols and the hooks the plugin uses.
 //!
 //! Only the hooks we need are exported. job_prolog and job_epilog make slurmd run a spank prolog and
-//! epilog stepd for every job: the price of a watchdog lifetime that Slurm guarantees. Every hook runs behind `guard`, which turns an error or a panic into
-//! a logged line and a SPANK error code: an unwinding panic across `extern "C"` would abort slurmstepd.
+//! epilog stepd for every job: the price of a watchdog lifetime that Slurm guarantees. Every hook
+//! runs behind `guard`, which turns an error or a panic into a logged line and a SPANK error code:
+//! an unwinding panic across `extern "C"` would abort slurmstepd.
 
 use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -73,7 +74,7 @@ fn run(
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
-    body: fn(&Spank) -> Result<(), String>,
+    body: impl FnOnce(&Spank) -> Result<(), String>,
 ) -> c_int {
     guard(hook, || {
         // SAFETY: these are the arguments Slurm passed to this hook.
@@ -92,13 +93,9 @@ fn run_never_failing(
     av: *mut *mut c_char,
     body: fn(&Spank) -> Result<(), String>,
 ) -> c_int {
-    let _ = guard(hook, || {
-        // SAFETY: these are the arguments Slurm passed to this hook.
-        let spank = unsafe { Spank::from_hook(sp, ac, av) };
-        match spank.context() {
-            Context::JobScript => body(&spank),
-            _ => Ok(()),
-        }
+    let _ = run(hook, sp, ac, av, |spank| match spank.context() {
+        Context::JobScript => body(spank),
+        _ => Ok(()),
     });
     0
 }
