@@ -45,8 +45,12 @@ pub(crate) struct Contender {
     /// up once per watchdog rather than once per process and sample.
     user_names: BTreeMap<u32, Option<String>>,
     /// Slurm jobs seen with memory on one of this job's GPUs without a registry entry, and when
-    /// first seen (unix seconds): they count as arriving for a heartbeat timeout, then not.
+    /// first seen (unix seconds): they count as arriving for a heartbeat timeout, then not. Kept
+    /// for the watchdog's life: a job that leaves the GPU and comes back is not new again (G8).
     unregistered_since: BTreeMap<u32, u64>,
+    /// Per GPU (uuid), since when its contention has been waiting for arriving jobs: one wait
+    /// lasts a heartbeat timeout at most, however many jobs arrive during it (G8).
+    waiting_since: BTreeMap<String, u64>,
     /// Set once this watchdog preempted its own job: nothing more to decide.
     done: bool,
 }
@@ -89,6 +93,7 @@ impl Contender {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             user_names: BTreeMap::new(),
             unregistered_since: BTreeMap::new(),
+            waiting_since: BTreeMap::new(),
             done: false,
         })
     }
@@ -115,17 +120,18 @@ impl Contender {
             return false;
         };
         let mine: Vec<&GpuSample> = samples.iter().filter(|g| self.entry.uses_gpu(&g.uuid)).collect();
-        let mut unregistered_now = BTreeMap::new();
+        let timeout = self.settings.heartbeat_timeout.as_secs();
         for gpu in mine {
             let on_gpu: Vec<&Entry> = entries.iter().filter(|e| e.uses_gpu(&gpu.uuid)).collect();
             let (used_by, unregistered) = self.usage_by_job(gpu, &on_gpu, &entries);
-            let arriving = still_arriving(
-                &unregistered,
-                &self.unregistered_since,
-                now,
-                self.settings.heartbeat_timeout.as_secs(),
-                &mut unregistered_now,
-            );
+            let new_arrival = unregistered
+                .iter()
+                .any(|job| !self.unregistered_since.contains_key(job));
+            let mut arriving = still_arriving(&unregistered, &mut self.unregistered_since, now, timeout);
+            let waited = self.waiting_since.get(&gpu.uuid).copied();
+            if waited.is_some_and(|since| now.saturating_sub(since) >= timeout) {
+                arriving.clear();
+            }
             let jobs = on_gpu
                 .iter()
                 .map(|e| e.on_gpu(used_by.get(&e.job_id).copied().unwrap_or(0)))
@@ -145,16 +151,24 @@ impl Contender {
                     continue;
                 }
             };
-            let (contention, victim) = match decide(&snapshot, &self.settings, &cooldown, now) {
+            let decision = decide(&snapshot, &self.settings, &cooldown, now);
+            // The episode lasts while the GPU is contended: a wait cut short stays cut short.
+            match decision {
+                Decision::Waiting { .. } => {
+                    self.waiting_since.entry(gpu.uuid.clone()).or_insert(now);
+                }
+                Decision::Calm => {
+                    self.waiting_since.remove(&gpu.uuid);
+                }
+                _ => {}
+            }
+            let (contention, victim) = match decision {
                 Decision::Preempt {
                     contention, victim, ..
                 } => (contention, victim),
                 Decision::Waiting { contention, arriving } => {
                     // Once per arriving job, not every interval it is waited for.
-                    if arriving
-                        .iter()
-                        .any(|job| !self.unregistered_since.contains_key(job))
-                    {
+                    if new_arrival {
                         report.info(&format!(
                         "GPU {} contended ({contention}): waiting for job(s) {} to register before choosing whom to preempt",
                             gpu.index,
@@ -177,7 +191,6 @@ impl Contender {
                 }
             }
         }
-        self.unregistered_since = unregistered_now;
         false
     }
 
@@ -201,7 +214,9 @@ impl Contender {
                 continue;
             };
             if p.used.unwrap_or(0) > 0 {
-                for claim in claims {
+                // Only a cgroup Slurm made says a job is arriving: one the user made can name
+                // any of their jobs, to keep preemption waiting (G8).
+                for claim in claims.iter().filter(|c| c.level == attribute::Level::Slurm) {
                     if !registered.iter().any(|e| e.job_id == claim.job_id) {
                         unregistered.push(claim.job_id);
                     }
@@ -369,27 +384,33 @@ fn record_and_act(
 }
 
 /// Of the jobs on a GPU without a registry entry (`unregistered`), the ones still arriving: first
-/// seen (`first_seen`, the last tick's map) less than `timeout` seconds ago. A watchdog registers
-/// within its first interval; one that has not by a heartbeat timeout is not coming, and the
-/// others may not wait for it for ever. Records when each was first seen in `seen`, this tick's
-/// map, which replaces the last one: a job that left the GPU is forgotten.
+/// seen (`first_seen`) less than `timeout` seconds ago. A watchdog registers within its first
+/// interval; one that has not by a heartbeat timeout is not coming, and the others may not wait
+/// for it for ever. Records when each was first seen in `first_seen`, which keeps every job it
+/// has seen: a job that left the GPU and came back is not waited for again (G8). At most
+/// [`MAX_FIRST_SIGHTINGS`] are kept; past that, those whose wait is over are dropped.
 fn still_arriving(
     unregistered: &[u32],
-    first_seen: &BTreeMap<u32, u64>,
+    first_seen: &mut BTreeMap<u32, u64>,
     now: u64,
     timeout: u64,
-    seen: &mut BTreeMap<u32, u64>,
 ) -> Vec<u32> {
+    if first_seen.len() > MAX_FIRST_SIGHTINGS {
+        first_seen.retain(|_, since| now.saturating_sub(*since) < timeout);
+    }
     unregistered
         .iter()
         .copied()
         .filter(|job| {
-            let since = *first_seen.get(job).unwrap_or(&now);
-            seen.insert(*job, since);
+            let since = *first_seen.entry(*job).or_insert(now);
             now.saturating_sub(since) < timeout
         })
         .collect()
 }
+
+/// How many first sightings of unregistered jobs a watchdog keeps (a node runs far fewer jobs in
+/// one job's life; the bound is for a flood of them).
+const MAX_FIRST_SIGHTINGS: usize = 4096;
 
 fn job_list(jobs: &[u32]) -> String {
     jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
@@ -402,19 +423,17 @@ mod tests {
     #[test]
     fn an_unregistered_job_is_waited_for_a_heartbeat_timeout_then_not() {
         let (mut first_seen, timeout) = (BTreeMap::new(), 30);
-        let mut tick = |now: u64, unregistered: &[u32]| {
-            let mut seen = BTreeMap::new();
-            let arriving = still_arriving(unregistered, &first_seen, now, timeout, &mut seen);
-            first_seen = seen;
-            arriving
-        };
+        let mut tick =
+            |now: u64, unregistered: &[u32]| still_arriving(unregistered, &mut first_seen, now, timeout);
         assert_eq!(tick(1000, &[7]), vec![7]);
         assert_eq!(tick(1010, &[7, 8]), vec![7, 8]);
         assert_eq!(tick(1029, &[7, 8]), vec![7, 8]);
         // 7 has had its 30 s; 8 is still arriving.
         assert_eq!(tick(1030, &[7, 8]), vec![8]);
-        // A job that left the GPU is forgotten: seen again later, it is new again.
+        // A job that left the GPU and comes back is not new again (G8: two jobs taking turns on
+        // the GPU kept preemption waiting for ever).
         assert_eq!(tick(1031, &[8]), vec![8]);
-        assert_eq!(tick(1100, &[7]), vec![7]);
+        assert_eq!(tick(1032, &[7]), Vec::<u32>::new());
+        assert_eq!(tick(1100, &[8]), Vec::<u32>::new());
     }
 }
