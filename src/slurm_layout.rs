@@ -140,6 +140,80 @@ fn check_slurm_conf(conf: &ConfFile, found: &mut Findings) {
     }
 }
 
+/// What keeps one job off another's GPUs and processes, and when the job prolog runs (review G9):
+/// `slurm_conf` and the cgroup.conf beside it. Without `ConstrainDevices=yes` (and task/cgroup to
+/// apply it), `CUDA_VISIBLE_DEVICES` is advice: a job can use any GPU of its node, including one it
+/// was not given and that no watchdog watches for it. Without proctrack/cgroup, a process that
+/// daemonizes leaves its job as far as Slurm knows. Both are errors; PrologFlags is a fact.
+pub fn check_isolation(slurm_conf: &ConfFile, cgroup_conf: Option<&ConfFile>) -> Findings {
+    let mut found = Findings::default();
+    let seen = |conf: &ConfFile, key: &str| -> Option<(usize, String)> {
+        conf.text.lines().enumerate().find_map(|(i, line)| {
+            let words = words(line);
+            value(&words, key).map(|v| (i + 1, v.to_string()))
+        })
+    };
+    let list_has = |v: &str, wanted: &str| v.split(',').any(|item| item.trim().eq_ignore_ascii_case(wanted));
+    let path = slurm_conf.path;
+    match seen(slurm_conf, "ProctrackType") {
+        Some((_, v)) if v == "proctrack/cgroup" => {}
+        Some((line, v)) => found.errors.push(format!(
+            "{path}:{line}: ProctrackType={v}: a process that daemonizes leaves its job, and its GPU memory              is counted for no job (write ProctrackType=proctrack/cgroup)"
+        )),
+        None => found.errors.push(format!(
+            "{path}: no ProctrackType line: a process that daemonizes leaves its job (ProctrackType=proctrack/cgroup)"
+        )),
+    }
+    let task_cgroup = match seen(slurm_conf, "TaskPlugin") {
+        Some((_, v)) if list_has(&v, "task/cgroup") => true,
+        Some((line, v)) => {
+            found.errors.push(format!(
+                "{path}:{line}: TaskPlugin={v} has no task/cgroup: cgroup.conf's ConstrainDevices is not applied,                  a job can use every GPU of its node (TaskPlugin=task/cgroup,task/affinity)"
+            ));
+            false
+        }
+        None => {
+            found.errors.push(format!(
+                "{path}: no TaskPlugin line: cgroup.conf's ConstrainDevices is not applied, a job can use every                  GPU of its node (TaskPlugin=task/cgroup,task/affinity)"
+            ));
+            false
+        }
+    };
+    let unconfined = "a job can use every GPU of its node, also one it was not given and that no watchdog                       watches for it (write ConstrainDevices=yes)";
+    match cgroup_conf {
+        None => found
+            .errors
+            .push(format!("{path}: no cgroup.conf next to it: {unconfined}")),
+        Some(cgroup) => match seen(cgroup, "ConstrainDevices") {
+            Some((_, v)) if v.eq_ignore_ascii_case("yes") => {
+                if task_cgroup {
+                    found.facts.push(format!(
+                        "{}: ConstrainDevices=yes: a job sees only its own GPUs",
+                        cgroup.path
+                    ));
+                }
+            }
+            Some((line, v)) => found.errors.push(format!(
+                "{}:{line}: ConstrainDevices={v}: {unconfined}",
+                cgroup.path
+            )),
+            None => found.errors.push(format!(
+                "{}: no ConstrainDevices line (it is off by default): {unconfined}",
+                cgroup.path
+            )),
+        },
+    }
+    match seen(slurm_conf, "PrologFlags") {
+        Some((line, v)) if list_has(&v, "Alloc") || list_has(&v, "Contain") => found.facts.push(format!(
+            "{path}:{line}: PrologFlags={v}: each job's watchdog starts when the job is allocated its node"
+        )),
+        _ => found.facts.push(format!(
+            "{path}: no PrologFlags=Alloc or Contain: a job's watchdog starts with its first step on each node              (an salloc that runs nothing there has none)"
+        )),
+    }
+    found
+}
+
 fn check_gres_conf(conf: &ConfFile, unit: ByteSize, gpu_memory: Option<ByteSize>, found: &mut Findings) {
     let mut shard_lines = 0;
     for (i, line) in conf.text.lines().enumerate() {
@@ -307,6 +381,38 @@ mod tests {
         assert_eq!(found.errors.len(), 2);
         assert!(found.errors[0].contains("no gres.conf next to it"));
         assert!(found.errors[1].contains("no job_submit.lua next to it"));
+    }
+
+    #[test]
+    fn isolation_needs_constrained_devices_and_cgroup_tracking() {
+        let slurm = |text| ConfFile {
+            path: "slurm.conf",
+            text,
+        };
+        let cgroup = |text| ConfFile {
+            path: "cgroup.conf",
+            text,
+        };
+        let good = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup,task/affinity\nPrologFlags=Alloc,Contain\n";
+        let found = check_isolation(&slurm(good), Some(&cgroup("ConstrainDevices=yes\n")));
+        assert_eq!(found.errors, Vec::<String>::new());
+        assert_eq!(found.facts.len(), 2, "{:?}", found.facts);
+        let found = check_isolation(
+            &slurm(good),
+            Some(&cgroup("CgroupPlugin=cgroup/v1\nConstrainDevices=no\n")),
+        );
+        assert_eq!(found.errors.len(), 1);
+        assert!(found.errors[0].starts_with("cgroup.conf:2: ConstrainDevices=no: a job can use every GPU"));
+        let found = check_isolation(&slurm(good), None);
+        assert!(found.errors[0].starts_with("slurm.conf: no cgroup.conf next to it"));
+        let found = check_isolation(
+            &slurm("ProctrackType=proctrack/linuxproc\nTaskPlugin=task/affinity\n"),
+            Some(&cgroup("ConstrainDevices=yes\n")),
+        );
+        assert_eq!(found.errors.len(), 2, "{:?}", found.errors);
+        assert!(found.errors[0].starts_with("slurm.conf:1: ProctrackType=proctrack/linuxproc"));
+        assert!(found.errors[1].starts_with("slurm.conf:2: TaskPlugin=task/affinity has no task/cgroup"));
+        assert!(found.facts[0].contains("no PrologFlags=Alloc or Contain"));
     }
 
     #[test]

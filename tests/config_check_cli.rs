@@ -304,9 +304,11 @@ fn the_slurm_layout_is_checked_against_the_shard_unit() {
     std::fs::write(
         &slurm_conf,
         "SelectType=select/cons_tres\nGresTypes=gpu,shard\nJobSubmitPlugins=lua\n\
-         AccountingStorageTRES=gres/gpu,gres/shard\n",
+         AccountingStorageTRES=gres/gpu,gres/shard\nProctrackType=proctrack/cgroup\n\
+         TaskPlugin=task/cgroup,task/affinity\nPrologFlags=Alloc\n",
     )
     .unwrap();
+    std::fs::write(dir.join("cgroup.conf"), "ConstrainDevices=yes\n").unwrap();
     let lua = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/slurm/job_submit.lua")).unwrap();
     let lua = lua.replace(
         "local POLICY = \"/etc/slurm/gpu-mem-quota.toml\"",
@@ -344,6 +346,28 @@ fn the_slurm_layout_is_checked_against_the_shard_unit() {
             "{gres}:2: Count=8 gives 8 shard(s) x 1G = 8G per GPU, but the GPUs have 80G ([defaults] gpu_memory): write Count=80\n"
         )
     );
+    // G9: without device constraints a job reaches every GPU of its node, watched or not.
+    std::fs::write(
+        dir.join("gres.conf"),
+        "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=160 File=/dev/nvidia[0-1]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("cgroup.conf"),
+        "CgroupPlugin=cgroup/v1\nConstrainDevices=no\n",
+    )
+    .unwrap();
+    let out = check_config(&[policy, "--slurm-conf", &conf]);
+    assert_eq!(out.status.code(), Some(1));
+    let cgroup = dir.join("cgroup.conf").display().to_string();
+    assert!(
+        text(&out.stderr).starts_with(&format!(
+            "{cgroup}:2: ConstrainDevices=no: a job can use every GPU of its node"
+        )),
+        "{}",
+        text(&out.stderr)
+    );
+
     // --slurm-conf is not a job option: it needs no --explain.
     let out = check_config(&[
         "etc/gpu-mem-quota.toml",

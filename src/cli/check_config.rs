@@ -112,8 +112,8 @@ pub(super) fn run(argv: Vec<String>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `--slurm-conf`: slurm.conf and the gres.conf and job_submit.lua beside it (where Slurm looks for
-/// them), against the policy. `Ok`: what the layout is; `Err`: every mismatch.
+/// `--slurm-conf`: slurm.conf and the gres.conf, job_submit.lua and cgroup.conf beside it (where
+/// Slurm looks for them), against the policy, and the job isolation the watchdog relies on (G9). `Ok`: what the layout is; `Err`: every mismatch.
 fn check_slurm_layout(
     policy_path: &str,
     config: &Config,
@@ -128,13 +128,21 @@ fn check_slurm_layout(
     };
     let gres = beside("gres.conf");
     let lua = beside("job_submit.lua");
+    let cgroup = beside("cgroup.conf");
     fn file(f: &(String, String)) -> crate::slurm_layout::ConfFile<'_> {
         crate::slurm_layout::ConfFile {
             path: f.0.as_str(),
             text: f.1.as_str(),
         }
     }
-    let found = crate::slurm_layout::check(
+    let isolation = crate::slurm_layout::check_isolation(
+        &crate::slurm_layout::ConfFile {
+            path: slurm_conf,
+            text: &slurm_text,
+        },
+        cgroup.as_ref().map(file).as_ref(),
+    );
+    let mut found = crate::slurm_layout::check(
         config.scheduling.shard_unit,
         config.gpu_memory,
         policy_path,
@@ -145,6 +153,8 @@ fn check_slurm_layout(
         gres.as_ref().map(file).as_ref(),
         lua.as_ref().map(file).as_ref(),
     );
+    found.errors.extend(isolation.errors);
+    found.facts.extend(isolation.facts);
     if found.errors.is_empty() {
         Ok(found.facts)
     } else {
