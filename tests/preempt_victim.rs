@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use gpu_mem_quota::config::values::parse_amount;
-use gpu_mem_quota::config::Action;
+use gpu_mem_quota::config::{Action, NonRequeueable};
 use gpu_mem_quota::preempt::cooldown::Preemption;
 use gpu_mem_quota::preempt::{
     contention, decide, victim_order, AfterMax, CannotPreempt, Contention, Decision, GpuCooldown,
@@ -351,6 +351,30 @@ fn jobs_that_cannot_be_preempted() {
             settings: settings(),
             want: victim(9, Why::LowestRank(rank(0))),
             skipped: vec![(10, CannotPreempt::NotRequeueable)],
+        },
+        // G13: with non_requeueable = "cancel", --no-requeue is no way out of preemption.
+        Case {
+            name: "not requeueable, cancel: the lowest-ranked goes, cancelled",
+            gpu: gpu(
+                1,
+                vec![
+                    JobOnGpu {
+                        requeueable: false,
+                        ..job(10, 38)
+                    },
+                    job(9, 38),
+                ],
+            ),
+            settings: PreemptSettings {
+                non_requeueable: NonRequeueable::Cancel,
+                ..settings()
+            },
+            want: Some(Victim {
+                job_id: 10,
+                action: Action::Cancel,
+                why: Why::LowestRank(rank(0)),
+            }),
+            skipped: vec![],
         },
         Case {
             name: "at the cap, leave-alone: skipped",

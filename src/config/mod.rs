@@ -22,7 +22,7 @@ use std::time::Duration;
 
 pub use error::LoadError;
 pub(crate) use error::{toml_key, ConfigErrors};
-pub use preemption::{AfterMax, PreemptSettings, RankKind, Ranks};
+pub use preemption::{AfterMax, NonRequeueable, PreemptSettings, RankKind, Ranks};
 pub use render::render;
 pub(crate) use values::Percent;
 pub use values::{Action, Amount, DefaultQuota, OnConfigError};

@@ -43,6 +43,16 @@ pub enum AfterMax {
     LeaveAlone,
 }
 
+/// What preemption does with a job that cannot be requeued (`--no-requeue`, srun and salloc jobs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonRequeueable {
+    /// Never its victim: the next job in line goes instead. Any user can opt out of preemption
+    /// this way (review G13), and a job within its quota may go for theirs.
+    Skip,
+    /// A victim like any other, cancelled (`scancel`) where another would be requeued.
+    Cancel,
+}
+
 /// The preemption policy (the `[preemption]` table of the config).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreemptSettings {
@@ -57,6 +67,7 @@ pub struct PreemptSettings {
     pub cooldown: Duration,
     pub max_preemptions_per_job: u32,
     pub after_max: AfterMax,
+    pub non_requeueable: NonRequeueable,
     /// A registry entry whose heartbeat is older than this, and whose watchdog is gone, is stale.
     pub heartbeat_timeout: Duration,
     /// Preemption ranks by QOS, partition or account: lower goes first.
@@ -72,6 +83,7 @@ impl Default for PreemptSettings {
             cooldown: Duration::from_secs(300),
             max_preemptions_per_job: 3,
             after_max: AfterMax::Hold,
+            non_requeueable: NonRequeueable::Skip,
             // 15 intervals of the default 2 s: a busy node does not make a live watchdog stale.
             heartbeat_timeout: Duration::from_secs(30),
             ranks: Ranks::new(),

@@ -128,7 +128,7 @@ pub(crate) struct RawMetrics {
 #[derive(Debug, Default, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a table with enabled, reserve, horizon, cooldown, max_preemptions_per_job, after_max, heartbeat_timeout, ranks"
+    expecting = "a table with enabled, reserve, horizon, cooldown, max_preemptions_per_job, after_max, non_requeueable, heartbeat_timeout, ranks"
 )]
 pub(crate) struct RawPreemption {
     pub(crate) enabled: Leaf,
@@ -137,6 +137,7 @@ pub(crate) struct RawPreemption {
     pub(crate) cooldown: Leaf,
     pub(crate) max_preemptions_per_job: Leaf,
     pub(crate) after_max: Leaf,
+    pub(crate) non_requeueable: Leaf,
     pub(crate) heartbeat_timeout: Leaf,
     #[serde(default)]
     pub(crate) ranks: RawRanks,

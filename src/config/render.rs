@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::error::toml_key;
-use super::values::{after_max_name, format_duration, signal_name};
+use super::values::{after_max_name, format_duration, non_requeueable_name, signal_name};
 use super::{Config, PreemptSettings, RankKind, Rule, RuleKind};
 
 pub fn render(config: &Config) -> String {
@@ -96,6 +96,11 @@ fn write_preemption(out: &mut String, p: &PreemptSettings) {
     let _ = writeln!(out, "cooldown = \"{}\"", format_duration(p.cooldown));
     let _ = writeln!(out, "max_preemptions_per_job = {}", p.max_preemptions_per_job);
     let _ = writeln!(out, "after_max = \"{}\"", after_max_name(p.after_max));
+    let _ = writeln!(
+        out,
+        "non_requeueable = \"{}\"",
+        non_requeueable_name(p.non_requeueable)
+    );
     let _ = writeln!(
         out,
         "heartbeat_timeout = \"{}\"",

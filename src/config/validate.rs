@@ -15,7 +15,7 @@ use super::raw::{
 };
 use super::values::{
     format_duration, parse_action, parse_after_max, parse_amount, parse_default_quota, parse_duration,
-    parse_on_config_error, parse_signal, Action, Amount, DefaultQuota,
+    parse_non_requeueable, parse_on_config_error, parse_signal, Action, Amount, DefaultQuota,
 };
 use super::{
     limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, PreemptSettings, RankKind,
@@ -486,6 +486,12 @@ impl Checker<'_> {
             limits::MAX_PREEMPTIONS_LIMIT,
         );
         let after_max = self.parsed(&raw.after_max, &key("after_max"), "\"hold\"", parse_after_max);
+        let non_requeueable = self.parsed(
+            &raw.non_requeueable,
+            &key("non_requeueable"),
+            "\"skip\"",
+            parse_non_requeueable,
+        );
         let heartbeat_timeout = self.parsed(
             &raw.heartbeat_timeout,
             &key("heartbeat_timeout"),
@@ -500,6 +506,7 @@ impl Checker<'_> {
             cooldown: cooldown.unwrap_or(built_in.cooldown),
             max_preemptions_per_job: max_preemptions_per_job.unwrap_or(built_in.max_preemptions_per_job),
             after_max: after_max.unwrap_or(built_in.after_max),
+            non_requeueable: non_requeueable.unwrap_or(built_in.non_requeueable),
             heartbeat_timeout: heartbeat_timeout.unwrap_or(built_in.heartbeat_timeout),
             ranks,
         }

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::AfterMax;
+use super::{AfterMax, NonRequeueable};
 use crate::size::{parse_size, ByteSize};
 
 const MIB: u64 = 1 << 20;
@@ -314,6 +314,29 @@ pub(crate) fn parse_after_max(text: &str) -> Result<AfterMax, String> {
             text.escape_debug()
         )),
     }
+}
+
+/// `[preemption] non_requeueable`: the names the file uses, with what they mean.
+const NON_REQUEUEABLE_NAMES: [(&str, NonRequeueable); 2] =
+    [("skip", NonRequeueable::Skip), ("cancel", NonRequeueable::Cancel)];
+
+/// Parses `"skip"` or `"cancel"`.
+pub(crate) fn parse_non_requeueable(text: &str) -> Result<NonRequeueable, String> {
+    match NON_REQUEUEABLE_NAMES.iter().find(|(name, _)| *name == text) {
+        Some(&(_, what)) => Ok(what),
+        None => Err(format!(
+            "invalid value '{}': expected \"skip\" or \"cancel\"",
+            text.escape_debug()
+        )),
+    }
+}
+
+/// The name [`parse_non_requeueable`] reads back.
+pub(crate) fn non_requeueable_name(what: NonRequeueable) -> &'static str {
+    NON_REQUEUEABLE_NAMES
+        .iter()
+        .find(|(_, w)| *w == what)
+        .map_or("skip", |(name, _)| name)
 }
 
 /// The name [`parse_after_max`] reads back.

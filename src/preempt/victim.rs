@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::cooldown::{protected_until, Gate, GpuCooldown};
 use super::rank::Rank;
 use super::{AfterMax, PreemptSettings};
-use crate::config::Action;
+use crate::config::{Action, NonRequeueable};
 use crate::size::ByteSize;
 
 /// One GPU as the watchdogs see it.
@@ -111,7 +111,8 @@ pub enum Why {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Victim {
     pub job_id: u32,
-    /// `Requeue`, or `RequeueHold` for a job at its cap under `after_max = hold`.
+    /// `Requeue`, or `RequeueHold` for a job at its cap under `after_max = hold`, or `Cancel` for
+    /// one that cannot be requeued under `non_requeueable = cancel`.
     pub action: Action,
     pub why: Why,
 }
@@ -236,7 +237,7 @@ pub fn decide(gpu: &GpuSnapshot, settings: &PreemptSettings, cooldown: &GpuCoold
 
 /// What would be done to `job` as the victim, or why it cannot be.
 fn preemptible(job: &JobOnGpu, settings: &PreemptSettings, now: u64) -> Result<Action, CannotPreempt> {
-    if !job.requeueable {
+    if !job.requeueable && settings.non_requeueable == NonRequeueable::Skip {
         return Err(CannotPreempt::NotRequeueable);
     }
     let at_cap = job.preemptions >= settings.max_preemptions_per_job;
@@ -254,7 +255,10 @@ fn preemptible(job: &JobOnGpu, settings: &PreemptSettings, now: u64) -> Result<A
     if job.used == 0 {
         return Err(CannotPreempt::HoldsNothing);
     }
-    Ok(if at_cap {
+    Ok(if !job.requeueable {
+        // `non_requeueable = "cancel"`: it cannot come back, so it goes.
+        Action::Cancel
+    } else if at_cap {
         Action::RequeueHold
     } else {
         Action::Requeue
