@@ -7,13 +7,18 @@
 //!                                     not sticky (crate::trusted_dir)
 //! <runtime_dir>/jobs/                 root 0711: the job ids running here cannot be listed
 //! <runtime_dir>/jobs/<id>/            root:root 0711: only a path known in advance can be opened
-//!     status.json                     the job's status (GPU_MEM_QUOTA_STATUS_FILE), owned by the
-//!                                     job's user, mode 0400: readable by that user alone; root only
-//!                                     replaces it, never reads it back
+//!     status.json                     the job's status (GPU_MEM_QUOTA_STATUS_FILE), root 0440
+//!                                     with the ACL entry user:<job's uid>:r--: readable by that
+//!                                     user and root alone, and never the user's inode (G4)
 //!     watchdog.lock                   root 0600, flock held by the job's watchdog for its whole life
 //!     watchdog.pid                    root 0600, "<pid> <start time>" of that watchdog
+//!     facts                           root 0440 with the ACL entry user:<job's uid>:r--: the job's
+//!                                     facts on this node from slurmctld's record, as the watchdog
+//!                                     read it once at its start ([`NodeFacts`]), for the job's srun
+//!                                     steps, which would otherwise each ask slurmctld again
 //!     record                          root 0600, the watchdog's record entry so far (AdminComment
-//!                                     format), read by the plugin (root)
+//!                                     format) while the AdminComment lacks it as it is now, read
+//!                                     by the plugin (root) when the batch script ends
 //! <runtime_dir>/registry/             root 0700, the preemption registry (crate::preempt::registry)
 //! <runtime_dir>/gpus                  root 0644, the node's GPUs, "<index> <uuid> <total bytes>" per
 //!                                     line, written by every watchdog that loads NVML, read by the
@@ -39,6 +44,7 @@ pub(crate) const INVENTORY_FILE: &str = "gpus";
 /// plugin writes into the job's AdminComment when the batch script ends, while slurmctld still
 /// accepts updates.
 pub const RECORD_FILE: &str = "record";
+pub const FACTS_FILE: &str = "facts";
 
 pub fn jobs_dir(runtime_dir: &Path) -> PathBuf {
     runtime_dir.join("jobs")
@@ -139,9 +145,94 @@ pub fn gpu_total(runtime_dir: &Path, gpus: &[String]) -> Option<u64> {
         .min()
 }
 
+/// What slurmctld's record says of the job on this node, that the job credential does not: read
+/// by the watchdog once, at its start, and kept in [`FACTS_FILE`] for the job's srun steps (whose
+/// environment the user's srun built). Names of accounts, partitions and QOS are the admin's; an
+/// empty one is unknown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub account: String,
+    pub partition: String,
+    pub qos: String,
+    /// The job's `gres/shard` count on this node; `None`: slurmctld's record did not say.
+    pub shards: Option<u64>,
+}
+
+impl NodeFacts {
+    const KEYS: [&'static str; 4] = ["account", "partition", "qos", "shards"];
+
+    /// One `key=value` line each, in [`NodeFacts::KEYS`] order.
+    pub fn render(&self) -> String {
+        let shards = self.shards.map_or(String::new(), |n| n.to_string());
+        let values = [&self.account, &self.partition, &self.qos, &shards];
+        Self::KEYS
+            .iter()
+            .zip(values)
+            .map(|(key, value)| format!("{key}={value}\n"))
+            .collect()
+    }
+
+    /// The text [`NodeFacts::render`] wrote; anything else (a key missing, twice, unknown, out of
+    /// order, a count that is not one) is `None`, and the facts are asked of slurmctld instead.
+    pub fn parse(text: &str) -> Option<NodeFacts> {
+        let mut lines = text.lines();
+        let mut values = Self::KEYS.iter().map(|key| {
+            let (k, value) = lines.next()?.split_once('=')?;
+            (k == *key).then_some(value)
+        });
+        let mut next = || values.next().flatten();
+        let (account, partition, qos, shards) = (next()?, next()?, next()?, next()?);
+        if lines.next().is_some() {
+            return None;
+        }
+        Some(NodeFacts {
+            account: account.to_string(),
+            partition: partition.to_string(),
+            qos: qos.to_string(),
+            shards: match shards {
+                "" => None,
+                n => Some(n.parse().ok()?),
+            },
+        })
+    }
+}
+
+/// Job `job_id`'s [`NodeFacts`] as its watchdog kept them; `None` when there are none (no watchdog
+/// here yet, or it could not read the job's record).
+pub fn read_node_facts(runtime_dir: &Path, job_id: u32) -> Option<NodeFacts> {
+    let text = fs::read_to_string(job_dir(runtime_dir, job_id).join(FACTS_FILE)).ok()?;
+    NodeFacts::parse(&text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_facts_read_back_what_was_written_and_nothing_else() {
+        let facts = NodeFacts {
+            account: "physics".into(),
+            partition: "gpu".into(),
+            qos: String::new(),
+            shards: Some(8),
+        };
+        assert_eq!(facts.render(), "account=physics\npartition=gpu\nqos=\nshards=8\n");
+        assert_eq!(NodeFacts::parse(&facts.render()), Some(facts.clone()));
+        let unknown = NodeFacts {
+            shards: None,
+            ..facts
+        };
+        assert_eq!(NodeFacts::parse(&unknown.render()), Some(unknown));
+        for bad in [
+            "",
+            "account=a\npartition=p\nqos=q\n",
+            "partition=p\naccount=a\nqos=q\nshards=1\n",
+            "account=a\npartition=p\nqos=q\nshards=x\n",
+            "account=a\npartition=p\nqos=q\nshards=1\nshards=2\n",
+        ] {
+            assert_eq!(NodeFacts::parse(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn inventory_sizes() {

@@ -22,32 +22,35 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::trusted_dir::{euid, TrustedDir};
 
-/// Who may read the file once it is in place.
+/// Who may read the file once it is in place. The file is always ours (root's): a user is given
+/// read access through an ACL entry, never the inode. An owner could chmod the file, keep it open
+/// for writing after we renamed a new one over it, and fill the filesystem through the unlinked
+/// inode (review G4); a reader named in an ACL can do none of that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
     pub mode: u32,
-    /// The file's owner when not us: a user who may read it (the job's status file).
-    pub owner: Option<u32>,
+    /// A user who may read the file besides its owner (the job's status file).
+    pub reader: Option<u32>,
 }
 
 impl Access {
     /// Readable by node_exporter (or the plugin in the job's task) whatever user it runs as.
     const EVERYONE: Access = Access {
         mode: 0o644,
-        owner: None,
+        reader: None,
     };
     /// Only root: the record, the registry.
     pub const ROOT_ONLY: Access = Access {
         mode: 0o600,
-        owner: None,
+        reader: None,
     };
 
-    /// Owned by `uid` and readable by them alone. The owner could chmod and rewrite it, so root
-    /// never reads such a file back as a fact: it only ever replaces it.
-    pub fn read_only_by(uid: u32) -> Access {
+    /// Ours, and readable by `uid` too, through the ACL entry `user:UID:r--`. The mode shows 0440:
+    /// with an ACL, the group bits are the mask, and the owning group (root's) has no entry.
+    pub fn readable_by(uid: u32) -> Access {
         Access {
-            mode: 0o400,
-            owner: Some(uid),
+            mode: 0o440,
+            reader: Some(uid),
         }
     }
 }
@@ -165,15 +168,63 @@ fn fill_and_rename(
     target: &str,
 ) -> io::Result<()> {
     file.write_all(text.as_bytes())?;
-    if let Some(uid) = access.owner {
-        // The group stays ours (root): the mode gives it nothing anyway.
-        // On the descriptor; no gid leaves the group as it is.
-        std::os::unix::fs::fchown(&file, Some(uid), None)?;
+    match access.reader {
+        // The ACL sets the mode bits too (the group bits become its mask).
+        Some(uid) => set_reader_acl(&file, uid)?,
+        // The creation mode was 0600 filtered by the umask; set it exactly, on the descriptor.
+        None => file.set_permissions(std::fs::Permissions::from_mode(access.mode))?,
     }
-    // The creation mode was 0600 filtered by the umask; set it exactly, on the descriptor.
-    file.set_permissions(std::fs::Permissions::from_mode(access.mode))?;
     // No fsync: the file is rewritten every interval and means nothing after a crash.
     dir.rename(temp, target)
+}
+
+/// Gives `file` the access ACL `user::rw- user:UID:r-- group::--- mask::r-- other::---` (mode
+/// 0440 but readable by `uid`), on the descriptor, in the kernel's `system.posix_acl_access` form:
+/// a version word, then (tag, permissions, id) entries sorted by tag and id (`posix_acl_xattr.h`).
+fn set_reader_acl(file: &std::fs::File, uid: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const VERSION: u32 = 2;
+    const USER_OBJ: u16 = 0x01;
+    const USER: u16 = 0x02;
+    const GROUP_OBJ: u16 = 0x04;
+    const MASK: u16 = 0x10;
+    const OTHER: u16 = 0x20;
+    const READ: u16 = 4;
+    const NO_ID: u32 = u32::MAX;
+    let entries = [
+        (USER_OBJ, READ, NO_ID),
+        (USER, READ, uid),
+        (GROUP_OBJ, 0, NO_ID),
+        (MASK, READ, NO_ID),
+        (OTHER, 0, NO_ID),
+    ];
+    let mut value = VERSION.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        value.extend_from_slice(&tag.to_le_bytes());
+        value.extend_from_slice(&perm.to_le_bytes());
+        value.extend_from_slice(&id.to_le_bytes());
+    }
+    // SAFETY: the name is a NUL-terminated literal and `value` outlives the call.
+    let rc = unsafe {
+        libc::fsetxattr(
+            file.as_raw_fd(),
+            c"system.posix_acl_access".as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot give uid {uid} read access: the filesystem has no POSIX ACLs ({e})"),
+        ));
+    }
+    Err(e)
 }
 
 fn check_name(name: &str) -> io::Result<()> {
@@ -207,5 +258,34 @@ mod tests {
         assert_eq!(temporary_target("gpus.tmp"), None);
         assert_eq!(temporary_target(".gpus"), None);
         assert_eq!(temporary_target("..tmp"), None);
+    }
+
+    #[test]
+    fn a_reader_gets_an_acl_entry_and_never_the_file() {
+        let dir = std::env::temp_dir().join(format!("gmq-textfile-acl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_atomically_as(&dir, "status.json", "{}", Access::readable_by(4242)).unwrap();
+        let path = dir.join("status.json");
+        let meta = std::fs::metadata(&path).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(meta.uid(), euid(), "the file stays ours");
+        assert_eq!(meta.mode() & 0o7777, 0o440);
+        let mut acl = [0u8; 64];
+        let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: both buffers are valid for the lengths given.
+        let n = unsafe {
+            libc::getxattr(
+                name.as_ptr(),
+                c"system.posix_acl_access".as_ptr(),
+                acl.as_mut_ptr().cast(),
+                acl.len(),
+            )
+        };
+        assert_eq!(n, 4 + 5 * 8);
+        let named_user = &acl[4 + 8..4 + 16];
+        assert_eq!(named_user, [2, 0, 4, 0, 0x92, 0x10, 0, 0]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

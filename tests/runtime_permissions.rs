@@ -1,4 +1,4 @@
-//! Who can read what in the runtime directory (F11): the real modes and owners on a real directory,
+//! Who can read what in the runtime directory (F11, G4): the real modes and owners on a real directory,
 //! and the attacks made as the ordinary user `gmq-user` (uid 2001). Job 101 is gmq-user's; job 102
 //! is another user's (uid 2002) whose primary group is gmq-user's own (2001), as on clusters where
 //! every user's primary group is `users`. Needs root and the user `gmq-user`; skipped otherwise.
@@ -64,8 +64,7 @@ fn watched_jobs(runtime_dir: &Path) {
         };
         runtime::write_pid_file(&dir, me).unwrap();
         let status = status_json(job);
-        textfile::write_atomically_as(&dir, runtime::STATUS_FILE, &status, Access::read_only_by(uid))
-            .unwrap();
+        textfile::write_atomically_as(&dir, runtime::STATUS_FILE, &status, Access::readable_by(uid)).unwrap();
         textfile::write_atomically_as(&dir, runtime::RECORD_FILE, "gmq1 ...", Access::ROOT_ONLY).unwrap();
     }
 }
@@ -86,12 +85,12 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
     let jobs = runtime::jobs_dir(&runtime_dir);
     assert_eq!(owner_mode(&runtime_dir), (0, 0, 0o755));
     assert_eq!(owner_mode(&jobs), (0, 0, 0o711));
-    for (job, uid) in [(101, USER_UID), (102, OTHER_UID)] {
+    for job in [101, 102] {
         let dir = runtime::job_dir(&runtime_dir, job);
         assert_eq!(owner_mode(&dir), (0, 0, 0o711), "job {job}");
         assert_eq!(
             owner_mode(&dir.join(runtime::STATUS_FILE)),
-            (uid, 0, 0o400),
+            (0, 0, 0o440),
             "job {job}"
         );
         for name in [runtime::RECORD_FILE, runtime::PID_FILE, runtime::LOCK_FILE] {
@@ -111,6 +110,17 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
     let own = as_user(&["cat", &path(101, runtime::STATUS_FILE)]);
     assert!(own.status.success(), "{own:?}");
     assert_eq!(String::from_utf8_lossy(&own.stdout), status_json(101));
+    // G4: the user reads their status file but cannot make it writable, nor keep it open for
+    // writing, to fill the runtime filesystem through the inode once a new file replaces it.
+    let status = path(101, runtime::STATUS_FILE);
+    for attack in [
+        vec!["chmod", "600", status.as_str()],
+        vec!["sh", "-c", "exec 3>>\"$0\"", status.as_str()],
+    ] {
+        let out = as_user(&attack);
+        assert!(!out.status.success(), "{attack:?} as {USER}: {out:?}");
+    }
+    assert_eq!(owner_mode(Path::new(&status)), (0, 0, 0o440));
     for (job, name) in [
         (102, runtime::STATUS_FILE),
         (101, runtime::RECORD_FILE),

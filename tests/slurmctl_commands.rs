@@ -132,6 +132,7 @@ fn job_asks_squeue_for_text_free_columns_only() {
         fakes.argv(),
         [
             "--noheader",
+            "--local",
             "--states=all",
             "--jobs=42",
             "--Format=JobID:|,UserName:|,UserID:|,PriorityLong:|,Account:|,QOS:|,State:|,\
@@ -151,7 +152,13 @@ fn admin_comment_passes_exact_argv_and_reads_the_record() {
     let comment = fakes.tools().admin_comment(42).unwrap();
     assert_eq!(
         fakes.argv(),
-        ["--noheader", "--states=all", "--jobs=42", RECORD_FORMAT]
+        [
+            "--noheader",
+            "--local",
+            "--states=all",
+            "--jobs=42",
+            RECORD_FORMAT
+        ]
     );
     assert_eq!(comment, "note by ops");
 }
@@ -390,7 +397,7 @@ fn output_that_is_not_the_job_record_is_garbage() {
             Err(CtlError::Garbage { command, message }) => {
                 assert!(message.contains(words), "{message}");
                 assert!(
-                    command.contains("squeue --noheader --states=all --jobs=42"),
+                    command.contains("squeue --noheader --local --states=all --jobs=42"),
                     "{command}"
                 );
             }
@@ -471,8 +478,8 @@ fn the_admin_comment_is_read_from_json_where_user_text_cannot_pose_as_it() {
     let mut tools = fakes.tools();
     tools.json_job_reads = true;
     assert_eq!(tools.admin_comment(42).unwrap(), "");
-    assert_eq!(fakes.argv(), ["--json", "--states=all", "--jobs=42"]);
-    let record = tools.allocation(42).unwrap();
+    assert_eq!(fakes.argv(), ["--json", "--local", "--states=all", "--jobs=42"]);
+    let record = tools.job_record(42).unwrap();
     assert_eq!(
         (record.account.as_str(), record.gpus_on("vm")),
         ("physics", Some(&[2][..]))
@@ -500,19 +507,12 @@ fn an_unreadable_record_is_never_read_from_scontrols_text() {
 }
 
 #[test]
-fn gpus_per_node_come_from_one_jobs_detail_where_squeue_has_none() {
-    let fakes = Fakes::new("detail");
+fn shards_per_node_come_from_one_jobs_record() {
+    let fakes = Fakes::new("shards");
     fakes.write("squeue", &format!("echo '{RECORD_42}'"));
-    fakes.write(
-        "scontrol",
-        "echo 'JobId=42 JobName=wrap NumNodes=1 JOB_GRES=shard:8   Nodes=vm CPU_IDs=1 Mem=0 GRES=shard:8(IDX:3) MinCPUsNode=1 '",
-    );
-    let record = fakes.tools().allocation(42).unwrap();
-    assert_eq!(fakes.argv(), ["-d", "--oneliner", "show", "job", "42"]);
-    assert_eq!(
-        (record.gpus_on("vm"), record.shards_on("vm")),
-        (Some(&[3][..]), Some(8))
-    );
+    let record = fakes.tools().job_record(42).unwrap();
+    assert_eq!(record.shards_on("vm"), Some(8));
     // G6: a NodeName the record does not have gets the fewest shards of the job's nodes.
     assert_eq!(record.shards_on("node17"), Some(8));
+    assert_eq!(fakes.calls(), 1, "one squeue, no scontrol");
 }

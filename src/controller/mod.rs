@@ -105,6 +105,27 @@ pub struct JobState {
 }
 
 impl JobState {
+    /// The state part of the job's record. A record without a state (slurmctld printed none) is
+    /// no answer.
+    pub(crate) fn of_record(record: &slurmctl::JobRecord) -> Result<JobState, ControlError> {
+        let end = record.end.as_ref().ok_or_else(|| {
+            ControlError::from(slurmctl::CtlError::Garbage {
+                command: "squeue".to_string(),
+                message: format!("job {}: no state in its record", record.job_id),
+            })
+        })?;
+        Ok(JobState {
+            state: end.state.clone(),
+            restarts: end.restarts,
+            requeueable: end.requeue && end.batch,
+            qos: record.qos.clone(),
+            partition: record.partition.clone(),
+            account: record.account.clone(),
+            priority: record.priority,
+            node_count: end.node_count,
+        })
+    }
+
     /// Whether the job is still running (suspended and configuring count: it will go on).
     pub(crate) fn is_running(&self) -> bool {
         matches!(

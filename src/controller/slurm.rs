@@ -23,17 +23,8 @@ impl SlurmController {
 
 impl Controller for SlurmController {
     fn job(&mut self) -> Result<JobState, ControlError> {
-        let info = self.tools.job(self.job_id)?;
-        Ok(JobState {
-            restarts: info.restarts,
-            requeueable: info.is_requeueable(),
-            state: info.job_state,
-            qos: info.qos,
-            partition: info.partition,
-            account: info.account,
-            priority: info.priority,
-            node_count: info.node_count,
-        })
+        let record = self.tools.job_record(self.job_id)?;
+        JobState::of_record(&record)
     }
 
     fn admin_comment(&mut self) -> Result<AdminComment, ControlError> {

@@ -9,7 +9,7 @@ use crate::size::ByteSize;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Params {
     pub job_id: u32,
-    /// The job's user: the status file is theirs to read (mode 0400), and nobody else's.
+    /// The job's user: the status file is theirs to read (an ACL entry), and nobody else's.
     pub(crate) uid: u32,
     /// The job's primary group. No file is the group's any more (users often share one); kept so
     /// that a plugin and a watchdog of different versions agree on the command line.

@@ -2,7 +2,7 @@
 //! (`<runtime_dir>/jobs/<id>/status.json`, see src/runtime.rs and src/watchdog/status.rs).
 //!
 //! [`read_node`], [`read_jobs`] and [`jobs_of_user`] do the reading; everything else is pure.
-//! `jobs/` and each job's directory are root 0711 and a status file is its job's user's, 0400: root
+//! `jobs/` and each job's directory are root 0711 and a status file is root's, 0440, readable by its job's user through an ACL entry: root
 //! lists `jobs/` ([`read_node`]); a user cannot, so their jobs come from their own processes
 //! ([`jobs_of_user`]) and only those status files are opened ([`read_jobs`]). A user never sees
 //! another user's job: its file cannot be opened, and it is skipped as if absent.

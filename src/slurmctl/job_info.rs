@@ -253,6 +253,7 @@ pub fn parse_squeue_record(output: &str, job_id: u32) -> Result<JobRecord, Strin
         partition: info.partition,
         qos: info.qos,
         user_id: info.user_id,
+        priority: info.priority,
         gpus_by_node: Vec::new(),
         shards_by_node: vec![shards; nodes.len()],
         nodes,

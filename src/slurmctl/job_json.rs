@@ -24,6 +24,8 @@ pub struct JobRecord {
     pub partition: String,
     pub qos: String,
     pub user_id: u32,
+    /// slurmctld's priority of the job (its rank for preemption).
+    pub priority: u32,
     /// The job's nodes, expanded, in the order of [`JobRecord::gpus_by_node`].
     pub(crate) nodes: Vec<String>,
     /// Per node, the GPU indices (Slurm's GRES index on that node) the job holds there, whole
@@ -252,6 +254,7 @@ pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, 
         partition: job.partition.unwrap_or_default(),
         qos: job.qos.unwrap_or_default(),
         user_id: job.user_id,
+        priority: job.priority.as_ref().and_then(whole_number).unwrap_or(0),
         nodes,
         gpus_by_node,
         shards_by_node,

@@ -22,7 +22,6 @@
 mod classify;
 mod error;
 pub(crate) mod hostlist;
-mod job_detail;
 mod job_info;
 mod job_json;
 mod run;
@@ -30,7 +29,6 @@ mod tools;
 
 pub use classify::{classify, Verdict};
 pub use error::{CtlError, Refusal};
-pub use job_detail::{parse_gres_detail, GpusByNode};
 pub(crate) use job_info::JobInfo;
 pub use job_info::{parse_squeue, parse_squeue_record, JobState, RECORD_FORMAT, SQUEUE_FORMAT};
 pub use job_json::JobEnd;

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use super::classify::{classify, Verdict};
 use super::error::CtlError;
-use super::job_detail::parse_gres_detail;
 use super::job_info::{parse_squeue, parse_squeue_record, JobInfo, RECORD_FORMAT, SQUEUE_FORMAT};
 use super::job_json::{parse_job_info_json, parse_squeue_json, JobRecord};
 use super::run::{describe, run, Finished, RunError, MAX_JSON_OUTPUT_BYTES, MAX_OUTPUT_BYTES};
@@ -147,9 +146,12 @@ impl SlurmTools {
         columns: fn(&str, u32) -> Result<T, String>,
     ) -> Result<T, CtlError> {
         let squeue = self.squeue_path();
+        // `--local`: this cluster's record of the job, without asking slurmctld for the federation
+        // first (squeue does that on every call otherwise: one more request each time).
         let (args, read, cap) = if self.json_job_reads {
             let args = vec![
                 "--json".to_string(),
+                "--local".to_string(),
                 "--states=all".to_string(),
                 format!("--jobs={job_id}"),
             ];
@@ -157,6 +159,7 @@ impl SlurmTools {
         } else {
             let args = vec![
                 "--noheader".to_string(),
+                "--local".to_string(),
                 "--states=all".to_string(),
                 format!("--jobs={job_id}"),
                 format!("--Format={format}"),
@@ -165,30 +168,6 @@ impl SlurmTools {
         };
         let stdout = self.read(&squeue, &args, cap)?;
         read(&stdout, job_id).map_err(|message| garbage(&squeue, &args, message))
-    }
-
-    /// [`SlurmTools::job_record`] with the job's GPUs on each node: what the watchdog starts with.
-    /// Where the record has no GPU details (22.05's columns), they are read from `scontrol -d
-    /// --oneliner show job ID` (one job; [`parse_gres_detail`], which refuses a line whose user
-    /// text imitates them): two single-job requests, once per watchdog.
-    pub fn allocation(&self, job_id: u32) -> Result<JobRecord, CtlError> {
-        let mut record = self.job_record(job_id)?;
-        if self.json_job_reads || record.nodes.is_empty() {
-            return Ok(record);
-        }
-        let args = words(&["-d", "--oneliner", "show", "job", &job_id.to_string()]);
-        let stdout = self.read(&self.scontrol, &args, MAX_OUTPUT_BYTES)?;
-        let detail =
-            parse_gres_detail(&stdout, job_id).map_err(|message| garbage(&self.scontrol, &args, message))?;
-        record.gpus_by_node = record
-            .nodes
-            .iter()
-            .map(|node| {
-                let at = detail.nodes.iter().position(|n| n == node);
-                at.map(|at| detail.gpus[at].clone()).unwrap_or_default()
-            })
-            .collect();
-        Ok(record)
     }
 
     /// The job's AdminComment (empty when it has none), from [`SlurmTools::job_record`] alone: never

@@ -419,8 +419,10 @@ fn job_gpus(spank: &Spank, step: u32) -> Option<Vec<String>> {
 
 /// The job's `gres/shard` count on this node. In the batch step slurmd wrote
 /// `SLURM_SHARDS_ON_NODE` from the job's allocation. Any other step's environment was built by the
-/// user's own srun, so there the count is asked of slurmctld (that one job's record, one squeue per
-/// step and node: never the whole cluster, G1), when the policy schedules by shards: the quota the
+/// user's own srun, so there the count is the one the job's watchdog read from slurmctld's record
+/// at its start ([`runtime::NodeFacts`]: once per job and node), or, where it has not yet, asked
+/// of slurmctld (that one job's record: never the whole cluster, G1), when the policy schedules by
+/// shards: the quota the
 /// step's tasks are told, and the framework caps set from it, are then the one the watchdog holds
 /// the job to. The node is found by its NodeName (slurmstepd's `SLURMD_NODENAME`, G6).
 fn shards_on_node(
@@ -433,8 +435,12 @@ fn shards_on_node(
         let value = spank.getenv("SLURM_SHARDS_ON_NODE").ok().flatten()?;
         return value.trim().parse().ok();
     }
-    config?.scheduling.shard_unit?;
+    let config = config?;
+    config.scheduling.shard_unit?;
     let job_id = slurmctld.job_id;
+    if let Some(facts) = runtime::read_node_facts(&config.enforcement.runtime_dir, job_id) {
+        return facts.shards;
+    }
     match slurm_tools(std::time::Duration::from_secs(5)).job_record(job_id) {
         Ok(record) => record.shards_on(&crate::slurmctl::this_node()),
         Err(e) => {
@@ -449,8 +455,9 @@ fn shards_on_node(
 
 /// Who runs the job. The user from the job's uid (slurmstepd's, from the job credential). Account,
 /// partition and QOS: in the batch step from the variables slurmd wrote from slurmctld's record; in
-/// any other step the environment was built by the user's own srun, so they are asked of slurmctld,
-/// when the policy has rules that depend on them (one squeue per step and node). When slurmctld
+/// any other step the environment was built by the user's own srun, so they come from slurmctld,
+/// when the policy has rules that depend on them: the facts the job's watchdog read at its start
+/// ([`runtime::NodeFacts`]), or, where it has not yet, one squeue. When slurmctld
 /// cannot answer they stay unknown, and the node applies the strictest cap that may apply
 /// ([`admission::on_node`]).
 fn identity(
@@ -473,12 +480,18 @@ fn identity(
         who.qos = env("SLURM_JOB_QOS");
         return Ok(who);
     }
-    if !config.is_some_and(admission::depends_on_identity) {
+    let Some(config) = config.filter(|config| admission::depends_on_identity(config)) else {
+        return Ok(who);
+    };
+    let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    if let Some(facts) = runtime::read_node_facts(&config.enforcement.runtime_dir, job_id) {
+        who.account = known(&facts.account);
+        who.partition = known(&facts.partition);
+        who.qos = known(&facts.qos);
         return Ok(who);
     }
     match slurmctld.get() {
         Ok(job) => {
-            let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
             who.account = known(&job.account);
             who.partition = known(&job.partition);
             who.qos = known(&job.qos);

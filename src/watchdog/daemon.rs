@@ -30,7 +30,7 @@ use crate::preempt::JobPriority;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::{CtlError, JobRecord};
+use crate::slurmctl::JobRecord;
 use crate::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -150,7 +150,7 @@ impl Reporter for LogReporter {
         {
             return;
         }
-        let access = textfile::Access::read_only_by(self.status_reader);
+        let access = textfile::Access::readable_by(self.status_reader);
         if let Err(e) =
             textfile::write_atomically_as(&self.dir, runtime::STATUS_FILE, &status.to_json(), access)
         {
@@ -260,15 +260,32 @@ impl Daemon {
         let user = crate::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
         let metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
 
-        // The job's facts from slurmctld. Those the plugin passed on came partly from the job's
-        // environment, which the user's own srun builds: the GPUs and the identity the quota was
-        // capped for are taken from slurmctld.
-        let job = control.job();
+        // The job's GPUs here are the credential's (the prolog's `SLURM_JOB_GPUS`). What the
+        // credential lacks (the shards, the QOS before 25.11, the priority and requeue facts) is
+        // in slurmctld's record of the job: one single-job request, once per watchdog.
+        let allocation = control.tools.job_record(params.job_id);
+        let job = allocation
+            .as_ref()
+            .map_err(|e| ControlError::from(e.clone()))
+            .and_then(JobState::of_record);
         if let Err(e) = &job {
             log.error(&format!("cannot read the job from slurmctld: {e}"));
         }
-        let allocation = control.tools.allocation(params.job_id);
-        let gpus = gpus_on_node(&allocation, &node, &params.gpus, &mut log);
+        let gpus = params.gpus.clone();
+        // Kept for the job's srun steps, so that they need not each ask slurmctld again.
+        if let Ok(record) = &allocation {
+            let facts = runtime::NodeFacts {
+                account: record.account.clone(),
+                partition: record.partition.clone(),
+                qos: record.qos.clone(),
+                shards: record.shards_on(&node),
+            };
+            let access = textfile::Access::readable_by(params.uid);
+            if let Err(e) = textfile::write_atomically_as(&dir, runtime::FACTS_FILE, &facts.render(), access)
+            {
+                log.error(&format!("cannot keep the job's facts in {}: {e}", dir.display()));
+            }
+        }
 
         let mut reporter = LogReporter {
             log,
@@ -496,14 +513,27 @@ impl Daemon {
         watchdog.keep_record_current(Instant::now(), &mut self.control, &mut self.reporter);
         self.metrics
             .write(&watchdog.metrics(&self.user), &mut self.reporter);
-        if let Some(text) = watchdog.record_text().filter(|t| Some(t) != last_record.as_ref()) {
-            let access = textfile::Access::ROOT_ONLY;
-            if let Err(e) = textfile::write_atomically_as(&self.dir, runtime::RECORD_FILE, &text, access) {
-                self.reporter
-                    .error(&format!("cannot keep the record in {}: {e}", self.dir.display()));
-            }
-            *last_record = Some(text);
+        // The record file holds the entry while the AdminComment lacks it as it is now: the
+        // plugin writes it there when the batch script ends, and asks slurmctld nothing when the
+        // file is not there.
+        let unrecorded = watchdog.unrecorded_text();
+        if unrecorded == *last_record {
+            return;
         }
+        let kept = match &unrecorded {
+            Some(text) => textfile::write_atomically_as(
+                &self.dir,
+                runtime::RECORD_FILE,
+                text,
+                textfile::Access::ROOT_ONLY,
+            ),
+            None => textfile::remove(&self.dir, runtime::RECORD_FILE),
+        };
+        if let Err(e) = kept {
+            self.reporter
+                .error(&format!("cannot keep the record in {}: {e}", self.dir.display()));
+        }
+        *last_record = unrecorded;
     }
 
     /// Logs the peaks, and removes what the watchdog made: the metrics file, the registry entry,
@@ -865,55 +895,6 @@ fn open_nvml(
             }
         }
     }
-}
-
-/// The job's GPUs on this node: slurmctld's allocation where it can be read; the list the plugin
-/// passed on (from the job's environment) only where it cannot.
-fn gpus_on_node(
-    allocation: &Result<JobRecord, CtlError>,
-    node: &str,
-    from_plugin: &[String],
-    log: &mut Log,
-) -> Vec<String> {
-    let record = match allocation {
-        Ok(record) => record,
-        Err(e) => {
-            log.warning(&format!(
-                "cannot read the job's GPUs from slurmctld ({e}): watching those its environment names ({})",
-                from_plugin.join(",")
-            ));
-            return from_plugin.to_vec();
-        }
-    };
-    // A node whose Slurm name is not its host name: a one-node job's details are this node's.
-    let only_node = match record.gpus_by_node.as_slice() {
-        [only] if record.nodes.len() == 1 => Some(only.as_slice()),
-        _ => None,
-    };
-    let here = record.gpus_on(node).or(only_node);
-    let Some(here) = here else {
-        log.warning(&format!(
-            "slurmctld's record of the job has no GPU details for node {node}: watching the GPUs \
-             its environment names ({})",
-            from_plugin.join(",")
-        ));
-        return from_plugin.to_vec();
-    };
-    let allocated: Vec<String> = here.iter().map(u32::to_string).collect();
-    let mut named = from_plugin.to_vec();
-    named.sort();
-    let mut sorted = allocated.clone();
-    sorted.sort();
-    let by_index = named.iter().all(|g| g.parse::<u32>().is_ok());
-    if by_index && named != sorted {
-        log.warning(&format!(
-            "the job's environment names GPU(s) {}, slurmctld allocated {}: watching {}",
-            from_plugin.join(","),
-            allocated.join(","),
-            allocated.join(",")
-        ));
-    }
-    allocated
 }
 
 /// The quota, lowered to the cap the policy sets for the job's account, partition and QOS as

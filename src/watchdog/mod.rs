@@ -106,6 +106,9 @@ pub struct Watchdog {
     record_shared: bool,
     /// When the entry was last put there, and with which peak.
     record_written: Option<(Instant, u64)>,
+    /// The entry as it was last put there: the plugin's final write is needed only when the
+    /// entry has changed since ([`Watchdog::unrecorded_text`]).
+    recorded_entry: Option<record::Entry>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
     /// After a failed AdminComment update: how many in a row, and when the next may be tried
@@ -148,6 +151,7 @@ impl Watchdog {
             job_pids: Vec::new(),
             record_shared: false,
             record_written: None,
+            recorded_entry: None,
             record_failure_logged: false,
             record_failures: 0,
             record_retry_at: None,
@@ -617,6 +621,16 @@ impl Watchdog {
         let mut record = record::Record::default();
         record.insert(self.entry.clone()?);
         Some(record::render(&record))
+    }
+
+    /// [`Watchdog::record_text`] while the AdminComment lacks this entry as it is now; `None` once
+    /// the entry there is the current one (then the plugin's final write would ask slurmctld for
+    /// nothing new).
+    pub fn unrecorded_text(&self) -> Option<String> {
+        if self.entry.is_some() && self.entry == self.recorded_entry {
+            return None;
+        }
+        self.record_text()
     }
 
     /// The job was preempted (by the contention logic): from now on only wait for it to leave.

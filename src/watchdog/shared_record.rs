@@ -143,6 +143,7 @@ impl Watchdog {
         let failure = match written {
             Ok(Recorded::Written) => {
                 self.record_written = Some((now, peak));
+                self.recorded_entry = Some(entry);
                 self.record_failures = 0;
                 self.record_retry_at = None;
                 return;
