@@ -89,6 +89,8 @@ local function read_policy_unit(path)
 end
 
 -- The raw --gpu-mem-quota value from spank_job_env (a table indexed from 0, read-only), or nil.
+-- Control characters become '?' and the value is cut at 64 bytes: it goes into slurmctld's log and
+-- the user's messages, and only the plugin's own sbatch guarantees a clean one.
 function M.quota_option(env, size)
     if env == nil then
         return nil
@@ -99,6 +101,9 @@ function M.quota_option(env, size)
         if type(entry) == "string" and string.sub(entry, 1, #OPTION) == OPTION then
             found = string.sub(entry, #OPTION + 1)
         end
+    end
+    if found then
+        found = string.sub(string.gsub(found, "%c", "?"), 1, 64)
     end
     return found
 end
@@ -242,14 +247,52 @@ function M.job_submit(job_desc, uid, policy_path)
     return slurm.SUCCESS
 end
 
--- What slurmctld calls. A GRES change by `scontrol update` is not translated: the compute node holds
--- the job to its shards x unit whatever its --gpu-mem-quota said.
+-- `scontrol update` of a pending job's GRES (its owner may make one, review G10): held to the job's
+-- --gpu-mem-quota as at submission. Shards that disagree are refused; a GRES list without shards
+-- gets them. The compute node holds the job to its shards x unit either way.
+function M.job_modify(job_desc, job_rec, uid, policy_path)
+    local changed = job_desc.tres_per_node or job_desc.tres_per_job or job_desc.tres_per_socket
+        or job_desc.tres_per_task
+    if changed == nil then
+        return slurm.SUCCESS
+    end
+    local quota = M.quota_option(job_rec.spank_job_env, job_rec.spank_job_env_size)
+    if quota == nil then
+        return slurm.SUCCESS
+    end
+    local unit, err = read_policy_unit(policy_path)
+    if err then
+        slurm.log_error("gpu-mem-quota: %s; GRES change of a job of uid %s let through", err, uid)
+        return slurm.SUCCESS
+    end
+    local verdict = M.decide({
+        quota = quota,
+        unit = unit,
+        tres_per_node = job_desc.tres_per_node or job_rec.tres_per_node,
+        tres_per_job = job_desc.tres_per_job or job_rec.tres_per_job,
+        tres_per_socket = job_desc.tres_per_socket or job_rec.tres_per_socket,
+        tres_per_task = job_desc.tres_per_task or job_rec.tres_per_task,
+    })
+    if verdict.action == "refuse" then
+        slurm.log_user("gpu-mem-quota: %s", verdict.message)
+        slurm.log_info("gpu-mem-quota: refused a GRES change by uid %s: %s", uid, verdict.message)
+        return ESLURM_INVALID_GRES
+    end
+    if verdict.action == "set" then
+        slurm.log_info("gpu-mem-quota: GRES change by uid %s: --gpu-mem-quota=%s -> --gres=%s", uid, quota,
+            verdict.gres)
+        job_desc.gres = verdict.gres
+    end
+    return slurm.SUCCESS
+end
+
+-- What slurmctld calls.
 function slurm_job_submit(job_desc, part_list, submit_uid)
     return M.job_submit(job_desc, submit_uid, POLICY)
 end
 
 function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
-    return slurm.SUCCESS
+    return M.job_modify(job_desc, job_rec, modify_uid, POLICY)
 end
 
 return M

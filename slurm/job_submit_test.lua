@@ -12,6 +12,7 @@ slurm = {
 }
 local M = dofile(here .. "/job_submit.lua")
 local G = 1024 * 1024 * 1024
+local OPTION_FOR_TEST = "_SLURM_SPANK_OPTION_gpu_mem_quota_gpu_mem_quota="
 
 local failures = 0
 local function check(name, got, want)
@@ -93,6 +94,19 @@ check("submit gres", job.gres, "nic:1,shard:40")
 job = { spank_job_env = env, spank_job_env_size = 2, tres_per_node = "gres:shard:8" }
 check("refused rc", M.job_submit(job, 2001, path), 2072)
 check("told the user", string.find(log[#log - 1], "user: gpu-mem-quota: --gres=shard:8", 1, true), 1)
+-- G10: `scontrol update JobId=J Gres=shard:1` by the owner of a pending 40G job is refused; a GRES
+-- list without shards gets the job's; a change of something else, or of a job without a quota, passes.
+local rec = { spank_job_env = env, spank_job_env_size = 2, tres_per_node = "gres:shard:40" }
+check("modify to 1 shard refused", M.job_modify({ tres_per_node = "gres:shard:1" }, rec, 2001, path), 2072)
+check("modify told the user", string.find(log[#log - 1], "user: gpu-mem-quota: --gres=shard:1 reserves", 1, true), 1)
+local change = { tres_per_node = "gres:nic:1" }
+check("modify without shards rc", M.job_modify(change, rec, 2001, path), 0)
+check("modify without shards gets them", change.gres, "nic:1,shard:40")
+check("modify of the time limit", M.job_modify({ time_limit = 5 }, rec, 2001, path), 0)
+check("modify of a job without a quota", M.job_modify({ tres_per_node = "gres:shard:1" },
+    { tres_per_node = "gres:shard:8" }, 2001, path), 0)
+-- A value with control characters reaches no log as it is.
+check("control characters", M.quota_option({ [0] = OPTION_FOR_TEST .. "4\nG" }, 1), "4?G")
 os.remove(path)
 job = { spank_job_env = env, spank_job_env_size = 2 }
 check("policy missing: submitted", M.job_submit(job, 2001, path), 0)

@@ -580,3 +580,32 @@ fn a_whole_gpu_job_next_to_shard_jobs_waits_or_is_the_one_preempted() {
     assert!(job_field(whole, "AdminComment").contains("preempted"));
     assert_eq!(job_field(b, "JobState"), "RUNNING");
 }
+
+/// G10: the owner of a pending job may change its GRES with `scontrol update`, which slurmctld hands
+/// to job_submit.lua's `slurm_job_modify`: 1 shard for a 30G job is refused there, and the job keeps
+/// its 30 shards.
+#[test]
+#[ignore = "needs the dev cluster (slurm/dev-cluster start)"]
+fn a_pending_jobs_gres_change_is_held_to_its_quota() {
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("shards-modify");
+    let job = sbatch(&dir, &["-H", "--gpu-mem-quota=30G"], "sleep 60");
+    let _cancel = Cancel(vec![job]);
+    assert_eq!(tres_per_node(job), "shard:30");
+    let out = as_user(
+        "scontrol",
+        &["update", &format!("JobId={job}"), "Gres=shard:1"],
+        &[],
+    );
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success(),
+        "job {job}: the change was accepted: {said}"
+    );
+    assert!(said.contains("needs shard:30"), "job {job}: {said}");
+    assert_eq!(tres_per_node(job), "shard:30", "job {job}");
+}
