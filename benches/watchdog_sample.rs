@@ -164,16 +164,33 @@ struct Figures {
     cpu_per_tick: Duration,
 }
 
-fn measure(library: &Path, gpus: u32, procs: u32, samples: usize) -> Result<Figures, String> {
+/// Which of the node's GPUs the measured job holds, and which its watchdog samples.
+#[derive(Clone, Copy)]
+enum Job {
+    /// All of them (the shapes table).
+    EveryGpu,
+    /// GPU 0 alone, every GPU sampled (a node whose cgroup.conf does not constrain devices).
+    OneGpuSamplingAll,
+    /// GPU 0 alone, and only it sampled (`ConstrainDevices=yes`).
+    OneGpuSamplingItsOwn,
+}
+
+fn measure(library: &Path, gpus: u32, procs: u32, job: Job, samples: usize) -> Result<Figures, String> {
     let scenario = Scenario::new(gpus, procs)?;
     std::env::set_var("FAKE_NVML_DIR", &scenario.dir);
-    let listed: Vec<String> = (0..gpus).map(|i| i.to_string()).collect();
+    let listed: Vec<String> = match job {
+        Job::EveryGpu => (0..gpus).map(|i| i.to_string()).collect(),
+        Job::OneGpuSamplingAll | Job::OneGpuSamplingItsOwn => vec!["0".to_string()],
+    };
     let mut source = NvmlSource::open(library, &listed)?;
     let seen: Vec<usize> = source.sample()?.iter().map(|g| g.processes.len()).collect();
     if seen != vec![procs as usize; gpus as usize] {
         return Err(format!(
             "the fake lists {seen:?} processes per GPU, not {procs} on each"
         ));
+    }
+    if let Job::OneGpuSamplingItsOwn = job {
+        source.sample_listed_only();
     }
 
     let mut fake_error = None;
@@ -288,7 +305,7 @@ fn main() -> ExitCode {
         "GPUs", "procs", "fake", "full", "first", "CPU", "own", "full%100", "%1s", "own%100", "%1s"
     );
     for (gpus, procs) in SHAPES {
-        let figures = match measure(&library, gpus, procs, samples) {
+        let figures = match measure(&library, gpus, procs, Job::EveryGpu, samples) {
             Ok(figures) => figures,
             Err(e) => {
                 eprintln!("watchdog_sample: {gpus} GPU(s) x {procs} process(es): {e}");
@@ -310,6 +327,34 @@ fn main() -> ExitCode {
             core_percent(tick, Duration::from_secs(1)),
             core_percent(own, Duration::from_millis(100)),
             core_percent(own, Duration::from_secs(1)),
+        );
+    }
+    // A node: 8 jobs, one GPU each, 16 processes on every GPU; each job's watchdog samples every
+    // GPU of the node, or (devices constrained) its own. The node's cost is 8 such watchdogs.
+    let (jobs, interval) = (8u32, Duration::from_secs(1));
+    println!(
+        "a node of {jobs} jobs on {jobs} GPUs x 16 processes, one GPU each, at a {interval:?} interval \
+         (fake = the fake's file reads; own = full - fake):"
+    );
+    for (job, what) in [
+        (Job::OneGpuSamplingAll, "every watchdog samples every GPU"),
+        (Job::OneGpuSamplingItsOwn, "every watchdog samples its own GPU (ConstrainDevices=yes)"),
+    ] {
+        let figures = match measure(&library, jobs, 16, job, samples) {
+            Ok(figures) => figures,
+            Err(e) => {
+                eprintln!("watchdog_sample: node of {jobs} jobs: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let full = figures.tick.0 * jobs;
+        let own = figures.tick.0.saturating_sub(figures.fake.0) * jobs;
+        println!(
+            "  {what}: full {} µs, own {} µs per interval: {} % / {} % of one core",
+            us(full),
+            us(own),
+            core_percent(full, interval),
+            core_percent(own, interval)
         );
     }
     let kib = |key| status_kib(key).map_or("?".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0));

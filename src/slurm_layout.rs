@@ -214,6 +214,23 @@ pub fn check_isolation(slurm_conf: &ConfFile, cgroup_conf: Option<&ConfFile>) ->
     found
 }
 
+/// Whether a cgroup.conf text says `ConstrainDevices=yes`: Slurm's task/cgroup then lets a job's
+/// processes open only its own GPUs.
+pub fn constrains_devices(cgroup_conf: &str) -> bool {
+    cgroup_conf
+        .lines()
+        .find_map(|line| value(&words(line), "ConstrainDevices").map(str::to_string))
+        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+}
+
+/// [`constrains_devices`] for the cgroup.conf beside this process's slurm.conf (`SLURM_CONF`, else
+/// Slurm's default path). A file that cannot be read constrains nothing.
+pub fn devices_constrained_here() -> bool {
+    let slurm_conf = std::env::var_os("SLURM_CONF").unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
+    let cgroup_conf = std::path::Path::new(&slurm_conf).with_file_name("cgroup.conf");
+    std::fs::read_to_string(cgroup_conf).is_ok_and(|text| constrains_devices(&text))
+}
+
 fn check_gres_conf(conf: &ConfFile, unit: ByteSize, gpu_memory: Option<ByteSize>, found: &mut Findings) {
     let mut shard_lines = 0;
     for (i, line) in conf.text.lines().enumerate() {
@@ -413,6 +430,18 @@ mod tests {
         assert!(found.errors[0].starts_with("slurm.conf:1: ProctrackType=proctrack/linuxproc"));
         assert!(found.errors[1].starts_with("slurm.conf:2: TaskPlugin=task/affinity has no task/cgroup"));
         assert!(found.facts[0].contains("no PrologFlags=Alloc or Contain"));
+    }
+
+    #[test]
+    fn constrained_devices_are_read_from_cgroup_conf() {
+        assert!(constrains_devices(
+            "CgroupPlugin=cgroup/v1\nConstrainDevices=yes # GPUs\n"
+        ));
+        assert!(constrains_devices("constraindevices=Yes\n"));
+        assert!(!constrains_devices("ConstrainDevices=no\n"));
+        assert!(!constrains_devices(
+            "# ConstrainDevices=yes\nConstrainCores=yes\n"
+        ));
     }
 
     #[test]

@@ -860,6 +860,13 @@ fn open_nvml(
                         unknown.join(","),
                         source.device_count()
                     ));
+                } else if crate::slurm_layout::devices_constrained_here() {
+                    source.sample_listed_only();
+                } else {
+                    report.info(
+                        "cgroup.conf does not constrain devices: every GPU of the node is sampled, \
+                         the job's processes count wherever they are (docs/SAFETY.md, G9)",
+                    );
                 }
                 write_inventory(&settings.runtime_dir, &source, report);
                 return Some(source);

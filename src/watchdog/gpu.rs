@@ -70,6 +70,8 @@ struct NodeGpu {
 pub struct NvmlSource {
     nvml: Nvml,
     gpus: Vec<NodeGpu>,
+    /// Only the job's GPUs are sampled ([`NvmlSource::sample_listed_only`]).
+    listed_only: bool,
 }
 
 fn describe(e: NvmlError) -> String {
@@ -107,7 +109,11 @@ impl NvmlSource {
                 listed: false,
             })
             .collect();
-        let mut source = NvmlSource { nvml, gpus: found };
+        let mut source = NvmlSource {
+            nvml,
+            gpus: found,
+            listed_only: false,
+        };
         source.mark_listed(gpus);
         Ok(source)
     }
@@ -131,6 +137,13 @@ impl NvmlSource {
             }
         }
         unknown
+    }
+
+    /// From now on, samples only the job's GPUs: where Slurm constrains the job's devices, its
+    /// processes can be on no other, and a node's cost then grows with its GPUs, not with jobs x
+    /// GPUs.
+    pub fn sample_listed_only(&mut self) {
+        self.listed_only = true;
     }
 
     /// How many GPUs NVML lists on the node.
@@ -183,6 +196,7 @@ impl GpuSource for NvmlSource {
     fn sample(&mut self) -> Result<Vec<GpuSample>, String> {
         self.gpus
             .iter()
+            .filter(|gpu| gpu.listed || !self.listed_only)
             .map(|gpu| {
                 self.sample_one(gpu)
                     .map_err(|e| format!("GPU {} ({}): {}", gpu.index, gpu.uuid, describe(e)))
