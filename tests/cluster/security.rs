@@ -1087,3 +1087,75 @@ fn g4_a_job_cannot_write_its_status_file() {
         job.id
     );
 }
+
+/// G5: a heterogeneous job's later component is watched under its own job id, and slurmctld
+/// refuses to requeue anything but the leader ("Job not heterogeneous job leader"). The watchdog
+/// tried the requeue again every grace period for ever; now a refused requeue falls back to the
+/// `no_requeue_action` (cancel) at once.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g5_a_heterogeneous_jobs_component_over_its_quota_is_stopped() {
+    // Slurm gives each component nodes of its own: on one node the job stays pending (Resources).
+    let nodes: u32 = admin("sinfo", &["-h", "-o", "%D"]).trim().parse().unwrap_or(0);
+    if nodes < 2 {
+        eprintln!("skipped: a heterogeneous job needs 2 nodes, the lab has {nodes} (issue 25)");
+        return;
+    }
+    let enforcement = policy("action = \"requeue\"\nno_requeue_action = \"cancel\"\n");
+    let _policy = install_policy(&format!("{enforcement}\n[scheduling]\nshard_unit = \"1G\"\n"));
+    let dir = user_dir("sec-g5");
+    let script = dir.join("het.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#SBATCH --gres=shard:1\n#SBATCH hetjob\n#SBATCH --gres=shard:8\n\
+             srun --het-group=1 bash -c 'echo comp=$SLURM_JOB_ID quota=$GPU_MEM_QUOTA; \
+             f={FAKE_PROCS}/${{SLURM_STEP_GPUS%%,*}}/$$; echo claim=$f; echo 40G > $f; sleep 40; \
+             rm -f $f; echo not-stopped'\n"
+        ),
+    )
+    .unwrap();
+    let out_file = dir.join("job-%j.out").display().to_string();
+    let submitted = as_user(
+        "sbatch",
+        &["--parsable", "-o", &out_file, &script.display().to_string()],
+        &[],
+    );
+    let leader: u32 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("sbatch: {}", text(&submitted)));
+    let output = || std::fs::read_to_string(dir.join(format!("job-{leader}.out"))).unwrap_or_default();
+    let component: u32 = {
+        assert!(
+            wait_until(Duration::from_secs(60), || value_of(&output(), "comp").is_some()),
+            "job {leader}: the component's step never ran: {}",
+            output()
+        );
+        value_of(&output(), "comp").and_then(|c| c.parse().ok()).unwrap()
+    };
+    let stopped = wait_until(Duration::from_secs(30), || {
+        watchdog_lines(component)
+            .iter()
+            .any(|l| l.contains("cancelled (scancel)"))
+    });
+    let _ = lab_command("scancel").arg(leader.to_string()).status();
+    if let Some(claim) = value_of(&output(), "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    let lines = watchdog_lines(component);
+    assert!(
+        stopped,
+        "job {leader}+1 ({component}) was not stopped: {lines:#?}"
+    );
+    assert!(
+        !output().contains("not-stopped"),
+        "job {leader}+1 ran on at 40G of its 8G: {}",
+        output()
+    );
+    let refusals = lines.iter().filter(|l| l.contains("requeue failed")).count();
+    assert!(
+        refusals <= 1,
+        "job {component}: the requeue was tried again: {lines:#?}"
+    );
+}

@@ -606,6 +606,13 @@ fn a_pending_jobs_gres_change_is_held_to_its_quota() {
         !out.status.success(),
         "job {job}: the change was accepted: {said}"
     );
-    assert!(said.contains("needs shard:30"), "job {job}: {said}");
+    // scontrol prints slurmctld's error alone; the reason is in slurmctld's log.
+    assert!(said.contains("Invalid generic resource"), "job {job}: {said}");
     assert_eq!(tres_per_node(job), "shard:30", "job {job}");
+    let log = std::fs::read_to_string(lab().join("log/slurmctld.log")).unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("refused a GRES change") && l.contains("needs shard:30")),
+        "job {job}: slurmctld's log does not say why"
+    );
 }
