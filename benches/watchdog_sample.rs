@@ -338,7 +338,10 @@ fn main() -> ExitCode {
     );
     for (job, what) in [
         (Job::OneGpuSamplingAll, "every watchdog samples every GPU"),
-        (Job::OneGpuSamplingItsOwn, "every watchdog samples its own GPU (ConstrainDevices=yes)"),
+        (
+            Job::OneGpuSamplingItsOwn,
+            "every watchdog samples its own GPU (ConstrainDevices=yes)",
+        ),
     ] {
         let figures = match measure(&library, jobs, 16, job, samples) {
             Ok(figures) => figures,
