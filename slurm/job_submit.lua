@@ -249,11 +249,12 @@ end
 
 -- `scontrol update` of a pending job's GRES (its owner may make one, review G10): held to the job's
 -- --gpu-mem-quota as at submission. Shards that disagree are refused; a GRES list without shards
--- gets them. The compute node holds the job to its shards x unit either way.
+-- gets them. Root's change is the admin's to make. The compute node holds the job to its shards x unit
+-- either way.
 function M.job_modify(job_desc, job_rec, uid, policy_path)
     local changed = job_desc.tres_per_node or job_desc.tres_per_job or job_desc.tres_per_socket
         or job_desc.tres_per_task
-    if changed == nil then
+    if changed == nil or tonumber(uid) == 0 then
         return slurm.SUCCESS
     end
     local quota = M.quota_option(job_rec.spank_job_env, job_rec.spank_job_env_size)

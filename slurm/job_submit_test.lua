@@ -102,6 +102,7 @@ check("modify told the user", string.find(log[#log - 1], "user: gpu-mem-quota: -
 local change = { tres_per_node = "gres:nic:1" }
 check("modify without shards rc", M.job_modify(change, rec, 2001, path), 0)
 check("modify without shards gets them", change.gres, "nic:1,shard:40")
+check("root's change", M.job_modify({ tres_per_node = "gres:shard:1" }, rec, 0, path), 0)
 check("modify of the time limit", M.job_modify({ time_limit = 5 }, rec, 2001, path), 0)
 check("modify of a job without a quota", M.job_modify({ tres_per_node = "gres:shard:1" },
     { tres_per_node = "gres:shard:8" }, 2001, path), 0)
