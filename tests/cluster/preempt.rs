@@ -2,6 +2,7 @@
 //! (2 shards per GPU, so two `--gres=shard:1` jobs land on the same GPU).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -355,4 +356,110 @@ fn legitimate_growth_preempts_one_job_and_oscillation_does_not_thrash() {
         })
         .count();
     assert_eq!(preemptions, 1, "exactly one preemption in the whole episode");
+}
+
+/// A freezer cgroup made by the test user below `job`'s batch step (cgroup v1, where Slurm 22.05
+/// gives a step's directories to the job's user); `None` where there is none to make.
+fn user_cgroup_below(job: u32, name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata(format!("/home/{}", test_user())).ok()?.uid();
+    let step = std::fs::read_dir("/sys/fs/cgroup/freezer")
+        .ok()?
+        .flatten()
+        .filter(|top| top.file_name().to_string_lossy().starts_with("slurm"))
+        .map(|top| top.path().join(format!("uid_{uid}/job_{job}/step_batch")))
+        .find(|dir| dir.is_dir())?;
+    let dir = step.join(name);
+    as_user("mkdir", &[&dir.display().to_string()], &[])
+        .status
+        .success()
+        .then_some(dir)
+}
+
+/// G8: a process of the user taking turns between cgroups they made below two CPU-only jobs of
+/// theirs made each job look like one arriving on the GPU, again and again, and preemption waited
+/// for them to register for as long as the loop ran. A user-made claim makes no job arriving now,
+/// and the lower-ranked job is requeued as without the helper.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_user_moving_a_process_between_their_jobs_cannot_keep_preemption_waiting() {
+    let _policy = install_policy(&policy());
+    let dir = user_dir("preempt-g8");
+    fresh_gpus();
+    let cpu_only: Vec<u32> = (0..2).map(|_| sbatch(&dir, &[], "sleep 300")).collect();
+    let _cancel_cpu = CancelJobs(cpu_only.clone());
+    assert!(
+        cpu_only.iter().all(|&j| running(j)),
+        "the CPU-only jobs did not start"
+    );
+    let Some(x) = wait_for(|| user_cgroup_below(cpu_only[0], "x")) else {
+        eprintln!("skipped: no user-writable freezer step cgroups here (cgroup v2, or Slurm 24.11)");
+        return;
+    };
+    let y = user_cgroup_below(cpu_only[1], "y").expect("the second job's cgroup");
+    let pair = Pair::start(
+        "preempt-g8",
+        &["--account=physics", "--gpu-mem-quota=50G"],
+        "45G",
+        &["--account=chemistry", "--gpu-mem-quota=30G"],
+        "28G",
+        &[],
+    );
+    let gpu = gpu_of(&output(&pair.dir, "a", pair.a)).expect("A's GPU");
+    // 1G on the pair's GPU, in x then y every 2 s: each job missing for longer than an interval.
+    let pid_file = dir.join("helper.pid");
+    let helper_script = format!(
+        "echo $$ > {pid}; echo 1G > /var/lib/fake-nvml/procs/{gpu}/$$; while :; do echo $$ > {x}/cgroup.procs; sleep 2; \
+         echo $$ > {y}/cgroup.procs; sleep 2; done",
+        pid = pid_file.display(),
+        x = x.display(),
+        y = y.display()
+    );
+    let mut helper = lab_command("runuser")
+        .args(["-u", &test_user(), "--", "bash", "-c", &helper_script])
+        .spawn()
+        .expect("the helper");
+    std::thread::sleep(Duration::from_secs(3));
+    pair.contend();
+    let requeued = pair.requeued(pair.b);
+    let helper_pid = std::fs::read_to_string(&pid_file)
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    if !helper_pid.is_empty() {
+        let _ = Command::new("/bin/kill").args(["-9", &helper_pid]).status();
+        let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(&gpu).join(&helper_pid));
+    }
+    let _ = helper.wait();
+    for cgroup in [&x, &y] {
+        let _ = std::fs::remove_dir(cgroup);
+    }
+    assert!(
+        requeued,
+        "B ({}) was not preempted while the helper took turns: {}",
+        pair.b,
+        job_field(pair.b, "JobState")
+    );
+}
+
+/// Waits up to 10 s for `find` to find something.
+fn wait_for<T>(mut find: impl FnMut() -> Option<T>) -> Option<T> {
+    let mut found = None;
+    wait_until(Duration::from_secs(10), || {
+        found = find();
+        found.is_some()
+    });
+    found
+}
+
+struct CancelJobs(Vec<u32>);
+
+impl Drop for CancelJobs {
+    fn drop(&mut self) {
+        let ids: Vec<String> = self.0.iter().map(u32::to_string).collect();
+        let _ = lab_command("scancel")
+            .args(&ids)
+            .env("SLURM_CONF", slurm_conf())
+            .status();
+    }
 }
