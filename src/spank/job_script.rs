@@ -155,6 +155,10 @@ pub(super) fn epilog(spank: &Spank) -> Result<(), String> {
                 "job {job_id}: process {pid} is still in the job's cgroup after its end \
                  (kill_leftovers = false: left running)"
             )),
+            // Root's: Slurm's own (a slurmstepd still on its way out), never the job's to answer for.
+            LeftoverOutcome::NotTheUsers(Some(0)) => log::verbose(&format!(
+                "job {job_id}: process {pid} (root) is still in the job's cgroup after its end: Slurm's, left alone"
+            )),
             LeftoverOutcome::NotTheUsers(owner) => log::error(&format!(
                 "job {job_id}: process {pid} (uid {}) is in the job's cgroup after its end, \
                  not the job user's: left alone",

@@ -190,10 +190,16 @@ fn f1_forged_gpu_variables_in_an_srun_job_neither_unwatch_it_nor_move_its_watchd
                 .any(|l| l.contains("GPU memory 20G over its 8G quota") && l.contains("cancelled (scancel)")),
             "job {job} {forged:?}: {lines:#?}"
         );
+        // The message, not the syslog prefix (a time stamp may hold 9999).
+        let said = |l: &String| {
+            l.split_once(&format!(": job {job}: "))
+                .map(|(_, m)| m.to_string())
+        };
         assert!(
             !lines
                 .iter()
-                .any(|l| l.contains("9999") || l.contains("not among NVML")),
+                .filter_map(said)
+                .any(|m| m.contains("9999") || m.contains("not among NVML")),
             "job {job} {forged:?}: the forged GPU reached the watchdog: {lines:#?}"
         );
         eprintln!("job {job} {forged:?}: GPU {gpu}: {lines:#?}");
