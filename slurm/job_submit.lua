@@ -216,35 +216,48 @@ function M.decide(job)
     return { action = "set", gres = table.concat(gres, ",") }
 end
 
-function M.job_submit(job_desc, uid, policy_path)
-    local quota = M.quota_option(job_desc.spank_job_env, job_desc.spank_job_env_size)
-    if quota == nil then
-        return slurm.SUCCESS
-    end
+-- Decides `tres` (the GRES fields) against `quota` and the policy's unit, and applies the verdict to
+-- `job_desc`: refused (ESLURM_INVALID_GRES, told to the user), shards set, or left as it is. `says`
+-- words the log lines: { unusable = ..., refused = ..., set = ... }, each formatted with the uid.
+local function translate(job_desc, quota, tres, uid, policy_path, says)
     local unit, err = read_policy_unit(policy_path)
     if err then
         -- The compute node still holds the job to its quota; only the scheduling is lost.
-        slurm.log_error("gpu-mem-quota: %s; job of uid %s submitted without GPU-memory scheduling", err, uid)
+        slurm.log_error("gpu-mem-quota: %s; " .. says.unusable, err, uid)
         return slurm.SUCCESS
     end
     local verdict = M.decide({
         quota = quota,
         unit = unit,
-        tres_per_node = job_desc.tres_per_node,
-        tres_per_job = job_desc.tres_per_job,
-        tres_per_socket = job_desc.tres_per_socket,
-        tres_per_task = job_desc.tres_per_task,
+        tres_per_node = tres.tres_per_node,
+        tres_per_job = tres.tres_per_job,
+        tres_per_socket = tres.tres_per_socket,
+        tres_per_task = tres.tres_per_task,
     })
     if verdict.action == "refuse" then
         slurm.log_user("gpu-mem-quota: %s", verdict.message)
-        slurm.log_info("gpu-mem-quota: refused a job of uid %s: %s", uid, verdict.message)
+        slurm.log_info("gpu-mem-quota: " .. says.refused .. ": %s", uid, verdict.message)
         return ESLURM_INVALID_GRES
     end
     if verdict.action == "set" then
-        slurm.log_info("gpu-mem-quota: job of uid %s: --gpu-mem-quota=%s -> --gres=%s", uid, quota, verdict.gres)
+        slurm.log_info("gpu-mem-quota: " .. says.set .. ": --gpu-mem-quota=%s -> --gres=%s", uid, quota, verdict.gres)
         job_desc.gres = verdict.gres
     end
     return slurm.SUCCESS
+end
+
+local TRES_FIELDS = { "tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task" }
+
+function M.job_submit(job_desc, uid, policy_path)
+    local quota = M.quota_option(job_desc.spank_job_env, job_desc.spank_job_env_size)
+    if quota == nil then
+        return slurm.SUCCESS
+    end
+    return translate(job_desc, quota, job_desc, uid, policy_path, {
+        unusable = "job of uid %s submitted without GPU-memory scheduling",
+        refused = "refused a job of uid %s",
+        set = "job of uid %s",
+    })
 end
 
 -- `scontrol update` of a pending job's GRES (its owner may make one, review G10): held to the job's
@@ -252,39 +265,23 @@ end
 -- gets them. Root's change is the admin's to make. The compute node holds the job to its shards x unit
 -- either way.
 function M.job_modify(job_desc, job_rec, uid, policy_path)
-    local changed = job_desc.tres_per_node or job_desc.tres_per_job or job_desc.tres_per_socket
-        or job_desc.tres_per_task
-    if changed == nil or tonumber(uid) == 0 then
+    local tres, changed = {}, false
+    for _, field in ipairs(TRES_FIELDS) do
+        changed = changed or job_desc[field] ~= nil
+        tres[field] = job_desc[field] or job_rec[field]
+    end
+    if not changed or tonumber(uid) == 0 then
         return slurm.SUCCESS
     end
     local quota = M.quota_option(job_rec.spank_job_env, job_rec.spank_job_env_size)
     if quota == nil then
         return slurm.SUCCESS
     end
-    local unit, err = read_policy_unit(policy_path)
-    if err then
-        slurm.log_error("gpu-mem-quota: %s; GRES change of a job of uid %s let through", err, uid)
-        return slurm.SUCCESS
-    end
-    local verdict = M.decide({
-        quota = quota,
-        unit = unit,
-        tres_per_node = job_desc.tres_per_node or job_rec.tres_per_node,
-        tres_per_job = job_desc.tres_per_job or job_rec.tres_per_job,
-        tres_per_socket = job_desc.tres_per_socket or job_rec.tres_per_socket,
-        tres_per_task = job_desc.tres_per_task or job_rec.tres_per_task,
+    return translate(job_desc, quota, tres, uid, policy_path, {
+        unusable = "GRES change of a job of uid %s let through",
+        refused = "refused a GRES change by uid %s",
+        set = "GRES change by uid %s",
     })
-    if verdict.action == "refuse" then
-        slurm.log_user("gpu-mem-quota: %s", verdict.message)
-        slurm.log_info("gpu-mem-quota: refused a GRES change by uid %s: %s", uid, verdict.message)
-        return ESLURM_INVALID_GRES
-    end
-    if verdict.action == "set" then
-        slurm.log_info("gpu-mem-quota: GRES change by uid %s: --gpu-mem-quota=%s -> --gres=%s", uid, quota,
-            verdict.gres)
-        job_desc.gres = verdict.gres
-    end
-    return slurm.SUCCESS
 end
 
 -- What slurmctld calls.

@@ -25,6 +25,20 @@ fn words(line: &str) -> Vec<(&str, &str)> {
         .collect()
 }
 
+/// The first line (1-based) that sets `key`, and its value.
+fn first_value(text: &str, key: &str) -> Option<(usize, String)> {
+    text.lines().enumerate().find_map(|(i, line)| {
+        let words = words(line);
+        value(&words, key).map(|v| (i + 1, v.to_string()))
+    })
+}
+
+/// Whether a comma-separated list value holds `wanted` (case-insensitive, as Slurm reads them).
+fn list_has(list: &str, wanted: &str) -> bool {
+    list.split(',')
+        .any(|item| item.trim().eq_ignore_ascii_case(wanted))
+}
+
 fn value<'l>(words: &[(&str, &'l str)], key: &str) -> Option<&'l str> {
     words
         .iter()
@@ -87,13 +101,7 @@ pub fn check(
 }
 
 fn check_slurm_conf(conf: &ConfFile, found: &mut Findings) {
-    let seen = |key: &str| -> Option<(usize, String)> {
-        conf.text.lines().enumerate().find_map(|(i, line)| {
-            let words = words(line);
-            value(&words, key).map(|v| (i + 1, v.to_string()))
-        })
-    };
-    let list_has = |v: &str, wanted: &str| v.split(',').any(|item| item.trim().eq_ignore_ascii_case(wanted));
+    let seen = |key: &str| first_value(conf.text, key);
     match seen("GresTypes") {
         Some((_, v)) if list_has(&v, "shard") => {}
         Some((line, v)) => found.errors.push(format!(
@@ -147,13 +155,7 @@ fn check_slurm_conf(conf: &ConfFile, found: &mut Findings) {
 /// daemonizes leaves its job as far as Slurm knows. Both are errors; PrologFlags is a fact.
 pub fn check_isolation(slurm_conf: &ConfFile, cgroup_conf: Option<&ConfFile>) -> Findings {
     let mut found = Findings::default();
-    let seen = |conf: &ConfFile, key: &str| -> Option<(usize, String)> {
-        conf.text.lines().enumerate().find_map(|(i, line)| {
-            let words = words(line);
-            value(&words, key).map(|v| (i + 1, v.to_string()))
-        })
-    };
-    let list_has = |v: &str, wanted: &str| v.split(',').any(|item| item.trim().eq_ignore_ascii_case(wanted));
+    let seen = |conf: &ConfFile, key: &str| first_value(conf.text, key);
     let path = slurm_conf.path;
     match seen(slurm_conf, "ProctrackType") {
         Some((_, v)) if v == "proctrack/cgroup" => {}
@@ -217,10 +219,7 @@ pub fn check_isolation(slurm_conf: &ConfFile, cgroup_conf: Option<&ConfFile>) ->
 /// Whether a cgroup.conf text says `ConstrainDevices=yes`: Slurm's task/cgroup then lets a job's
 /// processes open only its own GPUs.
 pub fn constrains_devices(cgroup_conf: &str) -> bool {
-    cgroup_conf
-        .lines()
-        .find_map(|line| value(&words(line), "ConstrainDevices").map(str::to_string))
-        .is_some_and(|v| v.eq_ignore_ascii_case("yes"))
+    first_value(cgroup_conf, "ConstrainDevices").is_some_and(|(_, v)| v.eq_ignore_ascii_case("yes"))
 }
 
 /// [`constrains_devices`] for the cgroup.conf beside this process's slurm.conf (`SLURM_CONF`, else

@@ -317,11 +317,8 @@ fn the_slurm_layout_is_checked_against_the_shard_unit() {
     std::fs::write(dir.join("job_submit.lua"), lua).unwrap();
     let conf = slurm_conf.display().to_string();
 
-    std::fs::write(
-        dir.join("gres.conf"),
-        "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=160 File=/dev/nvidia[0-1]\n",
-    )
-    .unwrap();
+    let good_gres = "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=160 File=/dev/nvidia[0-1]\n";
+    std::fs::write(dir.join("gres.conf"), good_gres).unwrap();
     let out = check_config(&[policy, "--slurm-conf", &conf]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let gres = dir.join("gres.conf").display().to_string();
@@ -347,11 +344,7 @@ fn the_slurm_layout_is_checked_against_the_shard_unit() {
         )
     );
     // G9: without device constraints a job reaches every GPU of its node, watched or not.
-    std::fs::write(
-        dir.join("gres.conf"),
-        "Name=gpu File=/dev/nvidia[0-1]\nName=shard Count=160 File=/dev/nvidia[0-1]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("gres.conf"), good_gres).unwrap();
     std::fs::write(
         dir.join("cgroup.conf"),
         "CgroupPlugin=cgroup/v1\nConstrainDevices=no\n",

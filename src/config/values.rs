@@ -305,15 +305,25 @@ pub(crate) fn signal_name(signal: Option<i32>) -> String {
 const AFTER_MAX_NAMES: [(&str, AfterMax); 2] =
     [("hold", AfterMax::Hold), ("leave-alone", AfterMax::LeaveAlone)];
 
-/// Parses `"hold"` or `"leave-alone"`.
-pub(crate) fn parse_after_max(text: &str) -> Result<AfterMax, String> {
-    match AFTER_MAX_NAMES.iter().find(|(name, _)| *name == text) {
-        Some(&(_, after_max)) => Ok(after_max),
+/// The value `names` gives `text`, or an error naming every name there is.
+fn one_of<T: Copy>(names: &[(&str, T)], text: &str) -> Result<T, String> {
+    match names.iter().find(|(name, _)| *name == text) {
+        Some(&(_, value)) => Ok(value),
         None => Err(format!(
-            "invalid value '{}': expected \"hold\" or \"leave-alone\"",
-            text.escape_debug()
+            "invalid value '{}': expected {}",
+            text.escape_debug(),
+            names
+                .iter()
+                .map(|(name, _)| format!("\"{name}\""))
+                .collect::<Vec<_>>()
+                .join(" or ")
         )),
     }
+}
+
+/// Parses `"hold"` or `"leave-alone"`.
+pub(crate) fn parse_after_max(text: &str) -> Result<AfterMax, String> {
+    one_of(&AFTER_MAX_NAMES, text)
 }
 
 /// `[preemption] non_requeueable`: the names the file uses, with what they mean.
@@ -322,21 +332,15 @@ const NON_REQUEUEABLE_NAMES: [(&str, NonRequeueable); 2] =
 
 /// Parses `"skip"` or `"cancel"`.
 pub(crate) fn parse_non_requeueable(text: &str) -> Result<NonRequeueable, String> {
-    match NON_REQUEUEABLE_NAMES.iter().find(|(name, _)| *name == text) {
-        Some(&(_, what)) => Ok(what),
-        None => Err(format!(
-            "invalid value '{}': expected \"skip\" or \"cancel\"",
-            text.escape_debug()
-        )),
-    }
+    one_of(&NON_REQUEUEABLE_NAMES, text)
 }
 
 /// The name [`parse_non_requeueable`] reads back.
 pub(crate) fn non_requeueable_name(what: NonRequeueable) -> &'static str {
-    NON_REQUEUEABLE_NAMES
-        .iter()
-        .find(|(_, w)| *w == what)
-        .map_or("skip", |(name, _)| name)
+    match what {
+        NonRequeueable::Skip => "skip",
+        NonRequeueable::Cancel => "cancel",
+    }
 }
 
 /// The name [`parse_after_max`] reads back.
@@ -497,6 +501,17 @@ mod tests {
             "invalid value 'leave_alone': expected \"hold\" or \"leave-alone\""
         );
         assert!(parse_after_max("Hold").is_err());
+    }
+
+    #[test]
+    fn non_requeueable() {
+        for what in [NonRequeueable::Skip, NonRequeueable::Cancel] {
+            assert_eq!(parse_non_requeueable(non_requeueable_name(what)), Ok(what));
+        }
+        assert_eq!(
+            parse_non_requeueable("requeue").unwrap_err(),
+            "invalid value 'requeue': expected \"skip\" or \"cancel\""
+        );
     }
 
     #[test]
