@@ -28,6 +28,7 @@ use crate::trusted_dir::{euid, TrustedDir};
 /// inode (review G4); a reader named in an ACL can do none of that.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
+    /// The file's mode; with a `reader`, the mode its ACL gives it (0440), set by the ACL.
     pub mode: u32,
     /// A user who may read the file besides its owner (the job's status file).
     pub reader: Option<u32>,

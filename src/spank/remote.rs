@@ -160,10 +160,12 @@ fn slurm_tools(timeout: std::time::Duration) -> SlurmTools {
 }
 
 /// slurmctld's squeue record of the job, asked at most once per step: the identity of an srun step
-/// and the confirmation of a restart both read it.
+/// and the confirmation of a restart both read it. Also the facts the job's watchdog kept from it
+/// (read at most once per step too): the identity and the shards of an srun step read those.
 struct JobFromSlurmctld {
     job_id: u32,
     answer: std::cell::OnceCell<Result<JobInfo, String>>,
+    facts: std::cell::OnceCell<Option<runtime::NodeFacts>>,
 }
 
 impl JobFromSlurmctld {
@@ -171,7 +173,15 @@ impl JobFromSlurmctld {
         JobFromSlurmctld {
             job_id,
             answer: std::cell::OnceCell::new(),
+            facts: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The job's [`runtime::NodeFacts`] as its watchdog kept them in `runtime_dir`.
+    fn node_facts(&self, runtime_dir: &Path) -> Option<&runtime::NodeFacts> {
+        self.facts
+            .get_or_init(|| runtime::read_node_facts(runtime_dir, self.job_id))
+            .as_ref()
     }
 
     fn get(&self) -> Result<&JobInfo, &str> {
@@ -438,7 +448,7 @@ fn shards_on_node(
     let config = config?;
     config.scheduling.shard_unit?;
     let job_id = slurmctld.job_id;
-    if let Some(facts) = runtime::read_node_facts(&config.enforcement.runtime_dir, job_id) {
+    if let Some(facts) = slurmctld.node_facts(&config.enforcement.runtime_dir) {
         return facts.shards;
     }
     match slurm_tools(std::time::Duration::from_secs(5)).job_record(job_id) {
@@ -484,7 +494,7 @@ fn identity(
         return Ok(who);
     };
     let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    if let Some(facts) = runtime::read_node_facts(&config.enforcement.runtime_dir, job_id) {
+    if let Some(facts) = slurmctld.node_facts(&config.enforcement.runtime_dir) {
         who.account = known(&facts.account);
         who.partition = known(&facts.partition);
         who.qos = known(&facts.qos);

@@ -263,17 +263,16 @@ impl Daemon {
         // The job's GPUs here are the credential's (the prolog's `SLURM_JOB_GPUS`). What the
         // credential lacks (the shards, the QOS before 25.11, the priority and requeue facts) is
         // in slurmctld's record of the job: one single-job request, once per watchdog.
-        let allocation = control.tools.job_record(params.job_id);
-        let job = allocation
+        let record = control.tools.job_record(params.job_id);
+        let job = record
             .as_ref()
             .map_err(|e| ControlError::from(e.clone()))
             .and_then(JobState::of_record);
         if let Err(e) = &job {
             log.error(&format!("cannot read the job from slurmctld: {e}"));
         }
-        let gpus = params.gpus.clone();
         // Kept for the job's srun steps, so that they need not each ask slurmctld again.
-        if let Ok(record) = &allocation {
+        if let Ok(record) = &record {
             let facts = runtime::NodeFacts {
                 account: record.account.clone(),
                 partition: record.partition.clone(),
@@ -294,8 +293,14 @@ impl Daemon {
             last_status: None,
             last_written: None,
         };
-        let source = open_nvml(&settings, &gpus, &mut control, &mut presence, &mut reporter);
-        let quota = match (&allocation, &source) {
+        let source = open_nvml(
+            &settings,
+            &params.gpus,
+            &mut control,
+            &mut presence,
+            &mut reporter,
+        );
+        let quota = match (&record, &source) {
             (Ok(record), Some(source)) => {
                 let (quota, changed) =
                     admission::held_to_shards(&policy.scheduling, params.quota, record.shards_on(&node));
@@ -322,7 +327,7 @@ impl Daemon {
         }
         reporter.info(&format!(
             "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
-            gpus.join(","),
+            params.gpus.join(","),
             quota
                 .map(|q| q.to_string())
                 .unwrap_or_else(|| "none (recording only)".into()),

@@ -84,7 +84,8 @@ fn describe(e: NvmlError) -> String {
 impl NvmlSource {
     /// Loads NVML from `library` and finds the node's GPUs, marking the job's (`gpus`, see
     /// [`NvmlSource::mark_listed`]). A GPU that is not on the node is no reason to fail: every GPU
-    /// is sampled, and the job's own processes are found wherever they are.
+    /// is sampled (until [`NvmlSource::sample_listed_only`]), and the job's own processes are found
+    /// wherever they are.
     pub fn open(library: &Path, gpus: &[String]) -> Result<NvmlSource, String> {
         let nvml = Nvml::builder()
             .lib_path(OsStr::new(library))

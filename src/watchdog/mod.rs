@@ -104,11 +104,10 @@ pub struct Watchdog {
     job_pids: Vec<u32>,
     /// Other nodes write the same AdminComment (a multi-node job): read each write back.
     record_shared: bool,
-    /// When the entry was last put there, and with which peak.
-    record_written: Option<(Instant, u64)>,
-    /// The entry as it was last put there: the plugin's final write is needed only when the
-    /// entry has changed since ([`Watchdog::unrecorded_text`]).
-    recorded_entry: Option<record::Entry>,
+    /// When the entry was last put there, and the entry as it was then (its peak says when the
+    /// next write is due; the plugin's final write is needed only when the entry has changed since,
+    /// [`Watchdog::unrecorded_text`]).
+    record_written: Option<(Instant, record::Entry)>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
     /// After a failed AdminComment update: how many in a row, and when the next may be tried
@@ -151,7 +150,6 @@ impl Watchdog {
             job_pids: Vec::new(),
             record_shared: false,
             record_written: None,
-            recorded_entry: None,
             record_failure_logged: false,
             record_failures: 0,
             record_retry_at: None,
@@ -627,7 +625,8 @@ impl Watchdog {
     /// the entry there is the current one (then the plugin's final write would ask slurmctld for
     /// nothing new).
     pub fn unrecorded_text(&self) -> Option<String> {
-        if self.entry.is_some() && self.entry == self.recorded_entry {
+        let written = self.record_written.as_ref().map(|(_, entry)| entry);
+        if self.entry.is_some() && self.entry.as_ref() == written {
             return None;
         }
         self.record_text()

@@ -133,17 +133,15 @@ impl Watchdog {
         }
         // Cloned only when due: this runs every sample.
         let entry = match &self.entry {
-            Some(entry) if record_due(self.record_written, now, entry.peak()) => entry.clone(),
+            Some(entry) if record_due(self.last_record_write(), now, entry.peak()) => entry.clone(),
             _ => return,
         };
-        let peak = entry.peak();
         let written = control
             .admin_comment()
             .and_then(|comment| record_first(control, &comment, &entry, self.record_shared));
         let failure = match written {
             Ok(Recorded::Written) => {
-                self.record_written = Some((now, peak));
-                self.recorded_entry = Some(entry);
+                self.record_written = Some((now, entry));
                 self.record_failures = 0;
                 self.record_retry_at = None;
                 return;
@@ -168,6 +166,13 @@ impl Watchdog {
                  will try again"
             ));
         }
+    }
+
+    /// When the entry was last put there, and with which peak.
+    fn last_record_write(&self) -> Option<(Instant, u64)> {
+        self.record_written
+            .as_ref()
+            .map(|(at, entry)| (*at, entry.peak()))
     }
 
     fn back_off_record(&mut self, now: Instant) {

@@ -6,7 +6,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -18,15 +18,6 @@ const FAKE_PROCS: &str = "/var/lib/fake-nvml/procs";
 /// Fast enforcement: sample every 500 ms, 1 s of grace; `extra` goes into `[enforcement]`.
 fn policy(extra: &str) -> String {
     format!("[defaults]\ndefault = \"none\"\n\n[enforcement]\ninterval = \"500ms\"\ngrace = \"1s\"\n{extra}")
-}
-
-/// stdout and stderr of a command, together.
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The value after `key=` on the first line of `text` that has it (up to the next space).

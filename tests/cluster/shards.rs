@@ -589,11 +589,7 @@ fn a_pending_jobs_gres_change_is_held_to_its_quota() {
         &["update", &format!("JobId={job}"), "Gres=shard:1"],
         &[],
     );
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text(&out);
     assert!(
         !out.status.success(),
         "job {job}: the change was accepted: {said}"

@@ -122,6 +122,15 @@ fn user_command(mut cmd: Command, program: &str, args: &[&str], extra_env: &[(&s
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
 }
 
+/// stdout and stderr of a command, together.
+pub fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 pub fn run_checked(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
