@@ -396,7 +396,8 @@ fn a_user_moving_a_process_between_their_jobs_cannot_keep_preemption_waiting() {
         eprintln!("skipped: no user-writable freezer step cgroups here (cgroup v2, or Slurm 24.11)");
         return;
     };
-    let y = user_cgroup_below(cpu_only[1], "y").expect("the second job's cgroup");
+    // The second job's step cgroup may be made a moment after the first's.
+    let y = wait_for(|| user_cgroup_below(cpu_only[1], "y")).expect("the second job's cgroup");
     let pair = Pair::start(
         "preempt-g8",
         &["--account=physics", "--gpu-mem-quota=50G"],
