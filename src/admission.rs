@@ -48,6 +48,9 @@ pub struct NodeVerdict {
     pub(crate) note: String,
     /// Something an admin must see (logged as an error), the job runs anyway.
     pub(crate) alarm: Option<String>,
+    /// What the user asked for and got less of, said to them and to the log at info level:
+    /// `--gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G`.
+    pub(crate) lowered: Option<String>,
 }
 
 /// Decides a step on the node. `request` is the raw option value (from the job environment, so
@@ -82,6 +85,7 @@ pub fn on_node(
                         None => "no quota".to_string(),
                     },
                     alarm: Some(format!("{}; this job runs unmonitored", broken(unusable))),
+                    lowered: None,
                 }),
                 OnConfigError::FailClosed => Err(format!(
                     "{}; jobs are refused until it is fixed",
@@ -90,11 +94,9 @@ pub fn on_node(
             };
         }
     };
-    let reserved = shards
-        .filter(|&n| n > 0)
-        .and_then(|n| Some((n, config.scheduling.memory_of(n)?)));
+    let reserved = Reserved::of(&config.scheduling, shards);
     let from_shards = request.is_none() && reserved.is_some();
-    let asked = request.or(reserved.map(|(_, memory)| memory));
+    let asked = request.or(reserved.map(|r| r.memory));
     let mut effective = match quota::resolve(config, who, asked, gpu_total) {
         Ok(effective) => effective,
         // Shards the job asked for are not a quota request: above the cap, the cap applies.
@@ -103,15 +105,16 @@ pub fn on_node(
         Err(refusal) => return Err(refusal.to_string()),
     };
     let mut shards_note = None;
-    if let (Some((count, memory)), Some(quota)) = (reserved, effective.quota) {
-        let unit = config.scheduling.shard_unit.unwrap_or(memory);
+    let mut lowered = None;
+    if let (Some(reserved), Some(quota)) = (reserved, effective.quota) {
+        let Reserved { count, unit, .. } = reserved;
         if from_shards {
             shards_note = Some(format!("from the job's {count} shard(s) x {unit}"));
-        } else if quota > memory {
-            effective.quota = Some(memory);
-            shards_note = Some(format!(
-                "--gpu-mem-quota={quota} lowered to the job's {count} shard(s) x {unit}"
-            ));
+        } else if quota > reserved.memory {
+            effective.quota = Some(reserved.hold(Some(quota)));
+            let line = format!("--gpu-mem-quota={quota} lowered to the job's {count} shard(s) x {unit}");
+            lowered = Some(line.clone());
+            shards_note = Some(line);
         }
     }
     // The node could not learn the account, partition or QOS (slurmctld did not answer): the
@@ -165,39 +168,81 @@ pub fn on_node(
         quota: effective.quota,
         note,
         alarm,
+        lowered,
     })
 }
 
-/// The watchdog's check of the quota against the shards slurmctld allocated the job on this node
-/// (`gres_detail`): a quota above shards x unit is lowered to it, a job with shards and no quota
-/// gets shards x unit (the cap check follows). The second value is the line to log when it changed.
-pub fn held_to_shards(
-    scheduling: &crate::config::Scheduling,
+/// The shard rule, the one place it is written: `count` shards of `[scheduling] shard_unit` are the
+/// GPU memory Slurm put on the GPU for the job, so a quota above it is lowered to it, and a job
+/// with no quota gets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reserved {
+    count: u64,
+    unit: ByteSize,
+    memory: ByteSize,
+}
+
+impl Reserved {
+    /// `None` when the job holds no shards, or shards are not memory units here.
+    fn of(scheduling: &crate::config::Scheduling, shards: Option<u64>) -> Option<Reserved> {
+        let count = shards.filter(|&n| n > 0)?;
+        Some(Reserved {
+            count,
+            unit: scheduling.shard_unit?,
+            memory: scheduling.memory_of(count)?,
+        })
+    }
+
+    fn hold(&self, quota: Option<ByteSize>) -> ByteSize {
+        quota.map_or(self.memory, |q| q.min(self.memory))
+    }
+}
+
+/// The watchdog's check of the quota the step's environment gave the job (which the plugin
+/// decided from what the user's own srun wrote) against slurmctld's record of the job: held to
+/// the job's shards on this node, then to the cap for its account, partition and QOS (`who`, from
+/// the record), percents resolved against the real GPU (`gpu_total`). Returns the quota to enforce
+/// and, for each change, the line to log as a warning.
+pub fn held_by_watchdog(
+    config: &Config,
     quota: Option<ByteSize>,
+    who: &Identity,
     shards: Option<u64>,
-) -> (Option<ByteSize>, Option<String>) {
-    let Some((count, memory)) = shards
-        .filter(|&n| n > 0)
-        .and_then(|n| Some((n, scheduling.memory_of(n)?)))
-    else {
-        return (quota, None);
+    gpu_total: Option<ByteSize>,
+) -> (Option<ByteSize>, Vec<String>) {
+    let mut said = Vec::new();
+    let quota = match Reserved::of(&config.scheduling, shards) {
+        Some(reserved) => {
+            let held = reserved.hold(quota);
+            let Reserved { count, unit, .. } = reserved;
+            match quota {
+                Some(q) if q <= held => {}
+                Some(q) => said.push(format!(
+                    "the quota {q} given to the job exceeds its {count} shard(s) x {unit} (slurmctld's \
+                     record of the job): enforcing {held}"
+                )),
+                None => said.push(format!(
+                    "the job holds {count} shard(s) x {unit}: enforcing a quota of {held}"
+                )),
+            }
+            Some(held)
+        }
+        None => quota,
     };
-    let unit = scheduling.shard_unit.unwrap_or(memory);
-    match quota {
-        Some(q) if q <= memory => (quota, None),
-        Some(q) => (
-            Some(memory),
-            Some(format!(
-                "the quota {q} given to the job exceeds its {count} shard(s) x {unit} (slurmctld's \
-                 record of the job): enforcing {memory}"
-            )),
-        ),
-        None => (
-            Some(memory),
-            Some(format!(
-                "the job holds {count} shard(s) x {unit}: enforcing a quota of {memory}"
-            )),
-        ),
+    let Some(requested) = quota else {
+        return (None, said);
+    };
+    match quota::resolve(config, who, Some(requested), gpu_total) {
+        Ok(_) => (Some(requested), said),
+        Err(refusal) => {
+            let cap = refusal.cap.size;
+            said.push(format!(
+                "the quota {requested} given to the job exceeds the {cap} cap for {} (slurmctld's \
+                 record of the job): enforcing {cap}",
+                refusal.cap.rule
+            ));
+            (Some(cap), said)
+        }
     }
 }
 
@@ -419,29 +464,6 @@ mod tests {
     }
 
     #[test]
-    fn the_watchdog_holds_a_job_to_its_shards() {
-        let Ok(config) = scheduled_policy() else { panic!() };
-        let scheduling = &config.scheduling;
-        assert_eq!(
-            held_to_shards(scheduling, Some(size("10G")), Some(20)),
-            (Some(size("10G")), None)
-        );
-        let (quota, line) = held_to_shards(scheduling, Some(size("30G")), Some(20));
-        assert_eq!(quota, Some(size("20G")));
-        assert!(line.unwrap().contains("exceeds its 20 shard(s) x 1G"));
-        let (quota, line) = held_to_shards(scheduling, None, Some(20));
-        assert_eq!(quota, Some(size("20G")));
-        assert!(line.unwrap().contains("enforcing a quota of 20G"));
-        assert_eq!(held_to_shards(scheduling, None, Some(0)), (None, None));
-        assert_eq!(held_to_shards(scheduling, None, None), (None, None));
-        let unscheduled = crate::config::Scheduling::default();
-        assert_eq!(
-            held_to_shards(&unscheduled, Some(size("30G")), Some(20)),
-            (Some(size("30G")), None)
-        );
-    }
-
-    #[test]
     fn a_broken_policy_fails_open_or_closed_as_configured() {
         let open = on_node(
             Some("40G"),
@@ -476,5 +498,72 @@ mod tests {
                 .is_some()
         );
         assert!(on_submit(size("1G"), &broken_policy(OnConfigError::FailClosed), &who).is_err());
+    }
+
+    #[test]
+    fn the_watchdog_holds_the_quota_to_the_shards_then_to_the_cap() {
+        let config = parse(
+            &format!("{POLICY}\n[scheduling]\nshard_unit = \"1G\"\n"),
+            "test.toml",
+        )
+        .unwrap();
+        let physics = who("alice", "physics");
+        let chemistry = who("alice", "chemistry");
+        let q = |text| Some(size(text));
+        // (quota given, who, shards here, quota enforced, lines said)
+        type Row<'a> = (
+            Option<ByteSize>,
+            &'a Identity,
+            Option<u64>,
+            Option<ByteSize>,
+            &'a [&'a str],
+        );
+        let table: [Row; 8] = [
+            (q("20G"), &physics, Some(30), q("20G"), &[]),
+            (q("20G"), &physics, None, q("20G"), &[]),
+            (
+                q("35G"),
+                &physics,
+                Some(10),
+                q("10G"),
+                &["exceeds its 10 shard(s) x 1G"],
+            ),
+            (
+                None,
+                &physics,
+                Some(10),
+                q("10G"),
+                &["holds 10 shard(s) x 1G: enforcing a quota of 10G"],
+            ),
+            // The user's srun said chemistry (64G cap); slurmctld says physics.
+            (
+                q("60G"),
+                &physics,
+                None,
+                q("40G"),
+                &["exceeds the 40G cap for account 'physics'"],
+            ),
+            // Both: shards first, then the cap.
+            (
+                None,
+                &physics,
+                Some(50),
+                q("40G"),
+                &["holds 50 shard(s)", "the 40G cap"],
+            ),
+            (None, &chemistry, None, None, &[]),
+            (None, &chemistry, Some(0), None, &[]),
+        ];
+        for (given, who, shards, enforced, lines) in table {
+            let (quota, said) = held_by_watchdog(&config, given, who, shards, Some(size("80G")));
+            assert_eq!(quota, enforced, "{given:?} {shards:?}");
+            assert_eq!(said.len(), lines.len(), "{said:?}");
+            for (line, part) in said.iter().zip(lines) {
+                assert!(line.contains(part), "{line:?} lacks {part:?}");
+            }
+        }
+        // Without `shard_unit` shards are not memory: only the cap.
+        let (quota, said) = held_by_watchdog(&policy().unwrap(), q("30G"), &physics, Some(10), None);
+        assert_eq!((quota, said.len()), (q("30G"), 0));
     }
 }

@@ -47,6 +47,7 @@ pub mod runtime;
 pub mod size;
 pub mod slurm_layout;
 pub mod slurmctl;
+pub(crate) mod step;
 pub mod textfile;
 pub mod trusted_dir;
 pub mod watchdog;

@@ -156,7 +156,9 @@ fn switched_off_or_completed_or_at_max_requeues_it_stays_as_it_ended() {
         lines
             .lines
             .iter()
-            .any(|l| l.contains("ended COMPLETED, not FAILED")),
+            .any(|l| l.contains("the batch script ended (exit code 0)")
+                && l.contains("ended COMPLETED, not FAILED")
+                && !l.contains("failed (")),
         "{:?}",
         lines.lines
     );

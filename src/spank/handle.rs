@@ -216,6 +216,11 @@ impl Spank {
         self.item(item!(S_JOB_STEPID: u32))
     }
 
+    /// The task's rank in the step (task contexts): 0 on one node of the step only.
+    pub(crate) fn task_global_id(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_TASK_GLOBAL_ID: u32))
+    }
+
     /// The job id (remote, local and job-script contexts).
     pub(super) fn job_id(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_ID: u32))

@@ -30,7 +30,6 @@ use crate::preempt::JobPriority;
 use crate::quota::Identity;
 use crate::runtime;
 use crate::size::ByteSize;
-use crate::slurmctl::JobRecord;
 use crate::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -300,14 +299,28 @@ impl Daemon {
             &mut presence,
             &mut reporter,
         );
+        // The plugin decided the quota from what the step's environment said, which the user's own
+        // srun writes: held here to what slurmctld's record of the job allows.
         let quota = match (&record, &source) {
             (Ok(record), Some(source)) => {
-                let (quota, changed) =
-                    admission::held_to_shards(&policy.scheduling, params.quota, record.shards_on(&node));
-                if let Some(line) = changed {
+                let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
+                let who = Identity {
+                    user: Some(user.clone()),
+                    account: known(&record.account),
+                    partition: known(&record.partition),
+                    qos: known(&record.qos),
+                };
+                let (quota, said) = admission::held_by_watchdog(
+                    &policy,
+                    params.quota,
+                    &who,
+                    record.shards_on(&node),
+                    source.gpu_total().map(ByteSize::from_bytes),
+                );
+                for line in said {
                     reporter.warning(&line);
                 }
-                within_cap(&policy, quota, record, &user, source, &mut reporter)
+                quota
             }
             _ => params.quota,
         };
@@ -905,39 +918,6 @@ fn open_nvml(
                     }
                 }
             }
-        }
-    }
-}
-
-/// The quota, lowered to the cap the policy sets for the job's account, partition and QOS as
-/// slurmctld knows them: the plugin checked it against what the step's environment said, which the
-/// user's own srun writes. The real GPU size resolves percent caps.
-fn within_cap(
-    policy: &config::Config,
-    quota: Option<ByteSize>,
-    record: &JobRecord,
-    user: &str,
-    source: &NvmlSource,
-    report: &mut LogReporter,
-) -> Option<ByteSize> {
-    let requested = quota?;
-    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let who = Identity {
-        user: Some(user.to_string()),
-        account: non_empty(&record.account),
-        partition: non_empty(&record.partition),
-        qos: non_empty(&record.qos),
-    };
-    let gpu_total = source.gpu_total().map(ByteSize::from_bytes);
-    match crate::quota::resolve(policy, &who, Some(requested), gpu_total) {
-        Ok(_) => Some(requested),
-        Err(refusal) => {
-            report.warning(&format!(
-                "the quota {requested} given to the job exceeds the {} cap for {} (slurmctld's \
-                 record of the job): enforcing {}",
-                refusal.cap.size, refusal.cap.rule, refusal.cap.size
-            ));
-            Some(refusal.cap.size)
         }
     }
 }

@@ -150,8 +150,14 @@ pub fn after_run(
     // Unknown history must not buy the job more requeues: count every restart as ours.
     let requeues_by_us = requeues_caused(&comment).unwrap_or(end.restarts);
     let verdict = decide(&end, &watchdog.node, run, &peak, requeues_by_us, policy);
+    // A script that ended COMPLETED near its quota is said to have ended, not failed.
+    let ended = if end.state == JobState::Failed {
+        "failed"
+    } else {
+        "ended"
+    };
     let what = format!(
-        "the batch script failed ({}) after peaking at {} (quota {}, GPU {})",
+        "the batch script {ended} ({}) after peaking at {} (quota {}, GPU {})",
         exit_text(&end),
         ByteSize::from_bytes(peak.peak).floor_mib(),
         ByteSize::from_bytes(peak.quota),

@@ -46,6 +46,12 @@ fn said_40g_lowered_to_10_shards() -> bool {
     slurmd_log().contains(line) || syslog().contains(line)
 }
 
+/// Whether the job's own output says so, once (the step's first task's stderr).
+fn told_40g_lowered_to_10_shards(job: u32, output: &str) -> bool {
+    let line = format!("gpu-mem-quota: job {job}: --gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G");
+    output.matches(&line).count() == 1
+}
+
 fn cancel(jobs: &[u32]) {
     let ids: Vec<String> = jobs.iter().map(u32::to_string).collect();
     let _ = lab_command("scancel")
@@ -200,6 +206,11 @@ fn a_quota_above_the_jobs_shards_is_lowered_to_them() {
     assert!(wait_until(Duration::from_secs(20), || syslog()
         .contains(&format!("job {job}: watching GPU(s) "))));
     assert!(said_40g_lowered_to_10_shards());
+    assert!(
+        told_40g_lowered_to_10_shards(job, &output(&dir, job)),
+        "{}",
+        output(&dir, job)
+    );
 }
 
 /// An srun step's environment is the user's own, so the node asks slurmctld for the job's shards
@@ -230,6 +241,11 @@ fn an_srun_step_is_told_the_quota_of_its_jobs_shards() {
     );
     assert!(job.output.contains("quota=10G "), "{}", job.output);
     assert!(said_40g_lowered_to_10_shards());
+    assert!(
+        told_40g_lowered_to_10_shards(job.id, &job.output),
+        "{}",
+        job.output
+    );
 }
 
 /// sacctmgr as root; errors are the test's failure.
