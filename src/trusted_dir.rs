@@ -31,12 +31,39 @@ pub struct TrustedDir {
     path: PathBuf,
 }
 
-/// What is wrong with a directory we were handed, if anything: the reason, for a message.
-fn refusal(stat: &FileStat, owner: u32) -> Option<String> {
-    let mode = stat.st_mode & 0o7777;
-    if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+/// What the refusal rule reads of a file: its type and permission bits (`st_mode`) and its owner.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inode {
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+}
+
+impl From<&FileStat> for Inode {
+    fn from(stat: &FileStat) -> Inode {
+        Inode {
+            mode: stat.st_mode,
+            uid: stat.st_uid,
+        }
+    }
+}
+
+impl From<&std::fs::Metadata> for Inode {
+    fn from(meta: &std::fs::Metadata) -> Inode {
+        use std::os::unix::fs::MetadataExt;
+        Inode {
+            mode: meta.mode(),
+            uid: meta.uid(),
+        }
+    }
+}
+
+/// What is wrong with a directory we were handed, if anything: the reason, for a message. The
+/// one rule: `check-config` judges the policy's directories by it too, for root (`owner` 0).
+pub(crate) fn refusal(inode: Inode, owner: u32) -> Option<String> {
+    let mode = inode.mode & 0o7777;
+    if inode.mode & libc::S_IFMT != libc::S_IFDIR {
         Some("is not a directory".into())
-    } else if let Some(why) = not_owned_by(stat.st_uid, owner) {
+    } else if let Some(why) = not_owned_by(inode.uid, owner) {
         Some(why)
     } else if mode & (libc::S_IWGRP | libc::S_IWOTH) != 0 {
         Some(format!("is writable by group or others (mode {mode:04o})"))
@@ -122,7 +149,7 @@ impl TrustedDir {
     pub fn open(path: &Path) -> io::Result<TrustedDir> {
         let fd = fcntl::open(nul_free(path)?, DIR_FLAGS, Mode::empty()).map_err(|e| open_error(path, e))?;
         let stat = stat::fstat(&fd).map_err(|e| at_path(path, e))?;
-        if let Some(why) = refusal(&stat, euid()) {
+        if let Some(why) = refusal(Inode::from(&stat), euid()) {
             return Err(refused(path, &why));
         }
         Ok(TrustedDir {
