@@ -5,19 +5,24 @@
 //! with `lstat` and then used by name can be swapped for a symlink in between by whoever can write
 //! the parent; a descriptor cannot. So each directory is opened `O_DIRECTORY|O_NOFOLLOW`, checked
 //! with `fstat` on that descriptor, and everything inside is made relative to it (`mkdirat`,
-//! `openat`, `renameat`, `unlinkat`), never by following a symlink.
+//! `openat`, `renameat`, `unlinkat`), never by following a symlink. The calls are nix's, on
+//! borrowed descriptors: nothing here is `unsafe`.
 //!
 //! The refusal rule for a directory we are handed: a real directory (not a symlink), owned by us,
 //! not writable by group or others, no sticky bit. Such a directory is never chowned or chmodded:
 //! it is the admin's, and a shared one (`/tmp`) must stay exactly as it was. Directories we create
 //! inside it are ours: their owner and mode are set on the descriptor to what we want.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{self, AtFlags, OFlag};
+use nix::sys::stat::{self, FileStat, Mode};
+use nix::unistd::{self, UnlinkatFlags};
 
 /// An open directory that passed the refusal rule; `path` only names it in messages.
 #[derive(Debug)]
@@ -26,17 +31,40 @@ pub struct TrustedDir {
     path: PathBuf,
 }
 
-/// What is wrong with a directory we were handed, if anything: the reason, for a message.
-fn refusal(stat: &libc::stat, owner: u32) -> Option<String> {
-    let mode = stat.st_mode & 0o7777;
-    if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+/// What the refusal rule reads of a file: its type and permission bits (`st_mode`) and its owner.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inode {
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+}
+
+impl From<&FileStat> for Inode {
+    fn from(stat: &FileStat) -> Inode {
+        Inode {
+            mode: stat.st_mode,
+            uid: stat.st_uid,
+        }
+    }
+}
+
+impl From<&std::fs::Metadata> for Inode {
+    fn from(meta: &std::fs::Metadata) -> Inode {
+        use std::os::unix::fs::MetadataExt;
+        Inode {
+            mode: meta.mode(),
+            uid: meta.uid(),
+        }
+    }
+}
+
+/// What is wrong with a directory we were handed, if anything: the reason, for a message. The
+/// one rule: `check-config` judges the policy's directories by it too, for root (`owner` 0).
+pub(crate) fn refusal(inode: Inode, owner: u32) -> Option<String> {
+    let mode = inode.mode & 0o7777;
+    if inode.mode & libc::S_IFMT != libc::S_IFDIR {
         Some("is not a directory".into())
-    } else if stat.st_uid != owner {
-        Some(format!(
-            "is owned by uid {}, not {}",
-            stat.st_uid,
-            owner_name(owner)
-        ))
+    } else if let Some(why) = not_owned_by(inode.uid, owner) {
+        Some(why)
     } else if mode & (libc::S_IWGRP | libc::S_IWOTH) != 0 {
         Some(format!("is writable by group or others (mode {mode:04o})"))
     } else if mode & libc::S_ISVTX != 0 {
@@ -46,6 +74,10 @@ fn refusal(stat: &libc::stat, owner: u32) -> Option<String> {
     } else {
         None
     }
+}
+
+fn not_owned_by(uid: u32, owner: u32) -> Option<String> {
+    (uid != owner).then(|| format!("is owned by uid {uid}, not {}", owner_name(owner)))
 }
 
 fn owner_name(uid: u32) -> String {
@@ -65,14 +97,15 @@ fn refused(path: &Path, why: &str) -> io::Error {
 }
 
 /// An I/O error with the path it concerns in front.
-fn at_path(path: &Path, e: io::Error) -> io::Error {
+fn at_path(path: &Path, e: impl Into<io::Error>) -> io::Error {
+    let e = e.into();
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 /// `O_NOFOLLOW` on a symlink fails with `ELOOP`, or `ENOTDIR` with `O_DIRECTORY`; say what it
 /// means when the path is a symlink.
-fn open_error(path: &Path, e: io::Error) -> io::Error {
-    let maybe_link = matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR));
+fn open_error(path: &Path, e: Errno) -> io::Error {
+    let maybe_link = matches!(e, Errno::ELOOP | Errno::ENOTDIR);
     if maybe_link && std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
         refused(path, "is a symlink")
     } else {
@@ -80,66 +113,43 @@ fn open_error(path: &Path, e: io::Error) -> io::Error {
     }
 }
 
-fn c_path(path: &Path) -> io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("{path:?} contains NUL")))
+/// `path`, refused with our own message when it holds a NUL (nix would say only `EINVAL`).
+fn nul_free(path: &Path) -> io::Result<&Path> {
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{path:?} contains NUL"),
+        ));
+    }
+    Ok(path)
 }
 
 /// A name inside a directory: one plain component, nothing that walks elsewhere.
-fn c_name(name: &str) -> io::Result<CString> {
+fn plain_name(name: &str) -> io::Result<&str> {
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\0']) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("not a plain file name: {name:?}"),
         ));
     }
-    CString::new(name).map_err(|_| io::Error::other("unreachable: NUL checked"))
-}
-
-fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
-    // SAFETY: a zeroed stat is a valid buffer for fstat to fill.
-    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is open; stat is a valid, writable buffer.
-    if unsafe { libc::fstat(fd, &mut stat) } == 0 {
-        Ok(stat)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn check(ret: libc::c_int) -> io::Result<()> {
-    if ret == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    Ok(name)
 }
 
 pub(crate) fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
+    unistd::geteuid().as_raw()
 }
 
-fn egid() -> u32 {
-    // SAFETY: getegid cannot fail.
-    unsafe { libc::getegid() }
-}
-
-const DIR_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
 
 impl TrustedDir {
     /// Opens the existing directory `path` and applies the refusal rule; changes nothing.
     pub fn open(path: &Path) -> io::Result<TrustedDir> {
-        let c = c_path(path)?;
-        // SAFETY: c is a NUL-terminated path; the result is checked.
-        let fd = unsafe { libc::open(c.as_ptr(), DIR_FLAGS) };
-        if fd < 0 {
-            return Err(open_error(path, io::Error::last_os_error()));
-        }
-        // SAFETY: fd was just opened and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let stat = fstat(fd.as_raw_fd()).map_err(|e| at_path(path, e))?;
-        if let Some(why) = refusal(&stat, euid()) {
+        let fd = fcntl::open(nul_free(path)?, DIR_FLAGS, Mode::empty()).map_err(|e| open_error(path, e))?;
+        let stat = stat::fstat(&fd).map_err(|e| at_path(path, e))?;
+        if let Some(why) = refusal(Inode::from(&stat), euid()) {
             return Err(refused(path, &why));
         }
         Ok(TrustedDir {
@@ -151,11 +161,9 @@ impl TrustedDir {
     /// [`TrustedDir::open`], creating the directory with `mode` (owned by us) when it is missing.
     /// Only the last component is created: its parent must exist.
     pub(crate) fn open_or_create(path: &Path, mode: u32) -> io::Result<TrustedDir> {
-        let c = c_path(path)?;
-        // SAFETY: c is a NUL-terminated path.
-        let created = match check(unsafe { libc::mkdir(c.as_ptr(), 0o700) }) {
+        let created = match unistd::mkdir(nul_free(path)?, Mode::S_IRWXU) {
             Ok(()) => true,
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => false,
+            Err(Errno::EEXIST) => false,
             Err(e) => return Err(at_path(path, e)),
         };
         if !created {
@@ -172,19 +180,14 @@ impl TrustedDir {
         &self.path
     }
 
-    pub(crate) fn as_raw_fd(&self) -> libc::c_int {
-        self.fd.as_raw_fd()
-    }
-
     /// `self/name` as a directory of ours with `mode`: made when missing; when there, it must be
     /// a real directory owned by us, and its owner (us, our group) and mode are set to ours.
     pub(crate) fn child_dir(&self, name: &str, mode: u32) -> io::Result<TrustedDir> {
-        let c = c_name(name)?;
+        let name = plain_name(name)?;
         let path = self.path.join(name);
-        // SAFETY: the fd is open; c is a plain NUL-terminated name.
-        match check(unsafe { libc::mkdirat(self.as_raw_fd(), c.as_ptr(), 0o700) }) {
-            Err(e) if e.raw_os_error() != Some(libc::EEXIST) => return Err(at_path(&path, e)),
-            _ => {}
+        match stat::mkdirat(&self.fd, name, Mode::S_IRWXU) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(at_path(&path, e)),
         }
         let child = self.open_child(name)?.ok_or_else(|| {
             at_path(
@@ -192,8 +195,8 @@ impl TrustedDir {
                 io::Error::new(io::ErrorKind::NotFound, "removed while being made"),
             )
         })?;
-        // SAFETY: the fd is open.
-        check(unsafe { libc::fchown(child.as_raw_fd(), euid(), egid()) }).map_err(|e| at_path(&path, e))?;
+        unistd::fchown(&child.fd, Some(unistd::geteuid()), Some(unistd::getegid()))
+            .map_err(|e| at_path(&path, e))?;
         child.set_mode(mode)?;
         Ok(child)
     }
@@ -201,96 +204,78 @@ impl TrustedDir {
     /// Opens the existing directory `self/name` when it is a real directory owned by us;
     /// `Ok(None)` when there is none. Its mode is not checked here: it is ours to set.
     pub(crate) fn open_child(&self, name: &str) -> io::Result<Option<TrustedDir>> {
-        let c = c_name(name)?;
+        let name = plain_name(name)?;
         let path = self.path.join(name);
-        // SAFETY: the fd is open; c is a plain NUL-terminated name.
-        let fd = unsafe { libc::openat(self.as_raw_fd(), c.as_ptr(), DIR_FLAGS) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::ENOENT) => Ok(None),
-                _ => Err(open_error(&path, e)),
-            };
-        }
-        // SAFETY: fd was just opened and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let stat = fstat(fd.as_raw_fd()).map_err(|e| at_path(&path, e))?;
-        if stat.st_uid != euid() {
-            let why = format!("is owned by uid {}, not {}", stat.st_uid, owner_name(euid()));
+        let fd = match fcntl::openat(&self.fd, name, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(open_error(&path, e)),
+        };
+        let stat = stat::fstat(&fd).map_err(|e| at_path(&path, e))?;
+        if let Some(why) = not_owned_by(stat.st_uid, euid()) {
             return Err(refused(&path, &why));
         }
         Ok(Some(TrustedDir { fd, path }))
     }
 
     fn set_mode(&self, mode: u32) -> io::Result<()> {
-        // SAFETY: the fd is open.
-        check(unsafe { libc::fchmod(self.as_raw_fd(), mode as libc::mode_t) })
-            .map_err(|e| at_path(&self.path, e))
+        stat::fchmod(&self.fd, Mode::from_bits_retain(mode)).map_err(|e| at_path(&self.path, e))
     }
 
     /// Creates `self/name` exclusively (never through a symlink) for writing, with `mode` before
     /// the umask.
     pub(crate) fn create_new_file(&self, name: &str, mode: u32) -> io::Result<File> {
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
         self.open_file(name, flags, mode)
     }
 
-    /// `openat(self, name, flags, mode)`, `O_NOFOLLOW` always added; errors name the file.
-    pub(crate) fn open_file(&self, name: &str, flags: libc::c_int, mode: u32) -> io::Result<File> {
-        let c = c_name(name)?;
-        let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-        // SAFETY: the fd is open; c is a plain NUL-terminated name; the result is checked.
-        let fd = unsafe { libc::openat(self.as_raw_fd(), c.as_ptr(), flags, mode as libc::c_uint) };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            // Keep the kind (AlreadyExists, NotFound) for callers that act on it.
-            return Err(at_path(&self.path.join(name), e));
-        }
-        // SAFETY: fd was just opened and is owned by nothing else.
-        Ok(unsafe { File::from_raw_fd(fd) })
+    /// `openat(self, name, flags, mode)`, `O_NOFOLLOW` and `O_CLOEXEC` always added; errors name
+    /// the file.
+    pub(crate) fn open_file(&self, name: &str, flags: OFlag, mode: u32) -> io::Result<File> {
+        let name = plain_name(name)?;
+        let flags = flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        // Keep the kind (AlreadyExists, NotFound) for callers that act on it.
+        fcntl::openat(&self.fd, name, flags, Mode::from_bits_retain(mode))
+            .map(File::from)
+            .map_err(|e| at_path(&self.path.join(name), e))
     }
 
     /// Renames `self/from` over `self/to` (a symlink at `to` is replaced, never followed).
     pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        let (c_from, c_to) = (c_name(from)?, c_name(to)?);
-        let fd = self.as_raw_fd();
-        // SAFETY: the fd is open; both names are plain and NUL-terminated.
-        check(unsafe { libc::renameat(fd, c_from.as_ptr(), fd, c_to.as_ptr()) })
-            .map_err(|e| at_path(&self.path.join(to), e))
+        let (from, to) = (plain_name(from)?, plain_name(to)?);
+        fcntl::renameat(&self.fd, from, &self.fd, to).map_err(|e| at_path(&self.path.join(to), e))
     }
 
     /// Removes the file `self/name` (a symlink is removed, not followed); `NotFound` is an error.
     pub(crate) fn unlink(&self, name: &str) -> io::Result<()> {
-        let c = c_name(name)?;
-        // SAFETY: the fd is open; c is plain and NUL-terminated.
-        check(unsafe { libc::unlinkat(self.as_raw_fd(), c.as_ptr(), 0) })
+        let name = plain_name(name)?;
+        unistd::unlinkat(&self.fd, name, UnlinkatFlags::NoRemoveDir)
             .map_err(|e| at_path(&self.path.join(name), e))
     }
 
     /// `lstat` of `self/name`, relative to the descriptor; `Ok(None)` when there is none.
-    pub(crate) fn stat_child(&self, name: &str) -> io::Result<Option<libc::stat>> {
-        let c = c_name(name)?;
-        // SAFETY: a zeroed stat is a valid buffer.
-        let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: the fd is open; c is plain; stat is writable.
-        match check(unsafe {
-            libc::fstatat(self.as_raw_fd(), c.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW)
-        }) {
-            Ok(()) => Ok(Some(stat)),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+    pub(crate) fn stat_child(&self, name: &str) -> io::Result<Option<FileStat>> {
+        let name = plain_name(name)?;
+        match stat::fstatat(&self.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(Errno::ENOENT) => Ok(None),
             Err(e) => Err(at_path(&self.path.join(name), e)),
         }
     }
 
-    /// The names in the directory (read through the descriptor, not the path).
+    /// The names in the directory, read through the descriptor, not the path: `.` opened relative
+    /// to it is the directory itself whatever happened to its path since.
     pub fn names(&self) -> io::Result<Vec<String>> {
-        // /proc/self/fd/N is the directory itself whatever happened to its path since.
-        let by_fd = PathBuf::from(format!("/proc/self/fd/{}", self.as_raw_fd()));
-        let listing = std::fs::read_dir(&by_fd).or_else(|_| std::fs::read_dir(&self.path));
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut listing =
+            Dir::openat(&self.fd, ".", flags, Mode::empty()).map_err(|e| at_path(&self.path, e))?;
         let mut names = Vec::new();
-        for dirent in listing.map_err(|e| at_path(&self.path, e))? {
+        for dirent in listing.iter() {
             let dirent = dirent.map_err(|e| at_path(&self.path, e))?;
-            if let Some(name) = dirent.file_name().to_str() {
+            let Ok(name) = dirent.file_name().to_str() else {
+                continue;
+            };
+            if name != "." && name != ".." {
                 names.push(name.to_string());
             }
         }

@@ -293,6 +293,37 @@ fn a_directory_others_can_write_on_this_machine_is_refused() {
     );
 }
 
+/// A directory under a regular file can never be made: the watchdog's rule (crate::trusted_dir)
+/// refuses what is not a directory above it too.
+#[test]
+fn a_directory_under_a_regular_file_is_refused() {
+    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-check-file-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&scratch.0);
+    std::fs::create_dir(&scratch.0).unwrap();
+    let file = scratch.0.join("file");
+    std::fs::write(&file, "").unwrap();
+    let policy = scratch.0.join("policy.toml");
+    let policy_name = policy.display().to_string();
+    let state_dir = file.join("state");
+    std::fs::write(
+        &policy,
+        format!("[enforcement]\nstate_dir = \"{}\"\n", state_dir.display()),
+    )
+    .unwrap();
+    let out = check_config(&[&policy_name]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "{policy_name}:2:13: [enforcement] state_dir: {} is under {}, which is not a directory \
+             on this machine",
+            state_dir.display(),
+            file.display()
+        )),
+        "{stderr}"
+    );
+}
+
 /// `--slurm-conf`: the site's slurm.conf, with the gres.conf and job_submit.lua beside it, against
 /// the policy's shard unit; every mismatch named by file and line, status 1.
 #[test]

@@ -22,6 +22,7 @@ use super::{
     Ranks, Rule, RuleKind, Scheduling,
 };
 use crate::size::{parse_size, ByteSize};
+use crate::trusted_dir::{self, Inode};
 
 pub(super) fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut check = Checker {
@@ -657,26 +658,15 @@ pub(crate) fn directories_here(raw: &RawConfig, text: &str) -> Vec<ConfigError> 
     check.errors
 }
 
-/// Why `dir` cannot hold root's files on this machine, if it cannot: when it exists, it must be a
-/// real directory owned by root, writable by nobody else, without the sticky bit; with
-/// `with_parents`, each existing directory above it must be root's and writable by nobody else
-/// too (else someone could make it first, or move it away).
+/// The owner the policy's directories must have, whoever runs `check-config`: the watchdog is
+/// root.
+const ROOT: u32 = 0;
+
+/// Why `dir` cannot hold root's files on this machine, if it cannot: when it exists, it must pass
+/// crate::trusted_dir's rule for [`ROOT`], the one the watchdog applies; with `with_parents`, each
+/// existing directory above it must pass it too (else someone could make it first, or move it
+/// away).
 fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let judge = |meta: &std::fs::Metadata| {
-        let mode = meta.mode() & 0o7777;
-        if meta.uid() != 0 {
-            Some(format!("is owned by uid {}, not root", meta.uid()))
-        } else if mode & 0o022 != 0 {
-            Some(format!("is writable by group or others (mode {mode:04o})"))
-        } else if mode & 0o1000 != 0 {
-            Some(format!(
-                "has the sticky bit, a shared directory (mode {mode:04o})"
-            ))
-        } else {
-            None
-        }
-    };
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_symlink() => {
             return Some(format!(
@@ -684,11 +674,8 @@ fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
                 dir.display()
             ))
         }
-        Ok(meta) if !meta.is_dir() => {
-            return Some(format!("{} is not a directory on this machine", dir.display()))
-        }
         Ok(meta) => {
-            if let Some(why) = judge(&meta) {
+            if let Some(why) = trusted_dir::refusal(Inode::from(&meta), ROOT) {
                 return Some(format!("{} {why} on this machine", dir.display()));
             }
         }
@@ -700,7 +687,7 @@ fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
     // The directories above, as the path resolves them (a symlinked /var/run is /run).
     dir.ancestors().skip(1).find_map(|parent| {
         let meta = std::fs::metadata(parent).ok()?;
-        judge(&meta).map(|why| {
+        trusted_dir::refusal(Inode::from(&meta), ROOT).map(|why| {
             format!(
                 "{} is under {}, which {why} on this machine",
                 dir.display(),

@@ -15,6 +15,8 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
+
 use super::gpu::DeviceHandle;
 use crate::size::ByteSize;
 
@@ -123,37 +125,39 @@ pub fn outcome(namespace: &Path, bytes: u64, answers: &[Answer]) -> Outcome {
 /// The setter, found in the loaded NVML library.
 pub struct Setter {
     function: SetMemoryLimits,
-    /// The library's handle, held so that the function stays mapped.
-    _library: *mut c_void,
+    /// The library, held open so that the function stays mapped.
+    _library: Library,
 }
 
 impl Setter {
     /// Looks the setter up in `library` (already loaded by nvml-wrapper: dlopen finds the same
     /// copy, initialised). `Err`: the library has no such function (an older driver).
     pub fn find(library: &Path) -> Result<Setter, String> {
-        let path = CString::new(library.as_os_str().as_bytes())
-            .map_err(|_| format!("{} has a NUL in its path", library.display()))?;
-        // SAFETY: plain C calls with NUL-terminated strings; the handle is kept for the symbol's life.
-        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(format!("cannot open {}", library.display()));
+        if library.as_os_str().as_bytes().contains(&0) {
+            return Err(format!("{} has a NUL in its path", library.display()));
         }
-        let name = CString::new(SET_MEMORY_LIMITS).expect("no NUL in the name");
-        // SAFETY: as above.
-        let symbol = unsafe { libc::dlsym(handle, name.as_ptr()) };
-        if symbol.is_null() {
-            // SAFETY: the handle came from dlopen above.
-            unsafe { libc::dlclose(handle) };
+        // SAFETY: opening runs a library's initialisers; this is the NVML library nvml-wrapper
+        // already loaded from this path, so dlopen hands back that copy and runs nothing anew.
+        let opened = unsafe { Library::open(Some(library), RTLD_NOW | RTLD_LOCAL) };
+        let Ok(opened) = opened else {
+            return Err(format!("cannot open {}", library.display()));
+        };
+        let name = format!("{SET_MEMORY_LIMITS}\0");
+        // SAFETY: nvml.h declares it `nvmlReturn_t (nvmlDevice_t, nvmlSetMemoryLimits_v1_t *)`;
+        // `Option` reads a symbol that resolves to NULL as `None`, never as a function. The
+        // pointer is copied out, and `_library` keeps it mapped as long as the setter lives.
+        let found = unsafe { opened.get::<Option<SetMemoryLimits>>(name.as_bytes()) }
+            .ok()
+            .and_then(|symbol| *symbol);
+        let Some(function) = found else {
             return Err(format!(
                 "the driver's NVML ({}) has no {SET_MEMORY_LIMITS}",
                 library.display()
             ));
-        }
-        // SAFETY: nvml.h declares it `nvmlReturn_t (nvmlDevice_t, nvmlSetMemoryLimits_v1_t *)`.
-        let function = unsafe { std::mem::transmute::<*mut c_void, SetMemoryLimits>(symbol) };
+        };
         Ok(Setter {
             function,
-            _library: handle,
+            _library: opened,
         })
     }
 

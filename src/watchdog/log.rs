@@ -13,6 +13,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::OFlag;
+
 use crate::trusted_dir::{euid, TrustedDir};
 
 /// The fallback file's name in the state directory, and its one older generation.
@@ -114,7 +116,7 @@ fn append_to_fallback(state_dir: &Path, text: &str) -> io::Result<()> {
 /// Opens (creating, root 0640) the fallback log for appending, refusing anything but a regular
 /// file of ours with one link.
 fn open_log(dir: &TrustedDir) -> io::Result<std::fs::File> {
-    let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NONBLOCK;
+    let flags = OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NONBLOCK;
     let file = dir.open_file(LOG_FILE, flags, 0o640)?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() || meta.uid() != euid() || meta.nlink() != 1 {
