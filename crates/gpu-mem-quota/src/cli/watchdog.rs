@@ -1,0 +1,32 @@
+//! `gpu-mem-quota watchdog`: started by the plugin as root, once per job per node.
+use std::process::ExitCode;
+
+use super::args::Spec;
+use crate::watchdog::daemon;
+use gmq_node::launch::Params;
+
+const HELP: &str = "\
+Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]
+                              [--preemptible]
+
+Watches one job's GPU memory on this node: samples NVML every interval, counts the job's own
+processes only, warns at the warn threshold, and on overuse past the grace period records the event
+in the job's AdminComment and requeues, holds or cancels the job as the policy says.
+The SPANK plugin starts it (as root, detached, with a clean environment) and stops it when the job
+ends on the node; it is not meant to be run by hand except to debug.
+";
+
+pub(crate) const SPEC: Spec = Spec {
+    command: "watchdog",
+    options: Params::OPTIONS,
+    max_positional: 0,
+    help: || HELP.to_string(),
+    error_shows_help: true,
+};
+
+pub(super) fn run(argv: Vec<String>) -> ExitCode {
+    match SPEC.parse_with(&argv, Params::from_parsed) {
+        Ok(params) => daemon::run(params),
+        Err(status) => status,
+    }
+}

@@ -1,0 +1,193 @@
+//! The watchdog's log: syslog (facility daemon, ident `gpu-mem-quota`), every line naming the job.
+//! Where no syslog daemon listens (`/dev/log` missing), lines go to `<state_dir>/watchdog.log`,
+//! a root-owned file, so that nothing is lost silently.
+//!
+//! That file is opened relative to the state directory's descriptor, which must pass
+//! gmq_node::trusted_dir's rule, `O_NOFOLLOW` (and `O_NONBLOCK`, so a FIFO cannot hang us); it is
+//! refused unless a regular file of root's with one link (a hard link elsewhere would make us
+//! append to that file). Its size is bounded by rotating once: past [`MAX_LOG_BYTES`] it is
+//! renamed to `watchdog.log.1` (replacing the previous one) and a new file is started, so the
+//! two never hold much more than twice that, and the newest lines, the ones that matter, are kept.
+
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+
+use gmq_node::trusted_dir::{euid, TrustedDir};
+
+/// The fallback file's name in the state directory, and its one older generation.
+const LOG_FILE: &str = "watchdog.log";
+const OLDER_LOG_FILE: &str = "watchdog.log.1";
+/// Past this size the fallback file is rotated (once: one older generation is kept).
+const MAX_LOG_BYTES: u64 = 4 << 20;
+
+use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
+
+pub(crate) struct Log {
+    job_id: u32,
+    sink: Sink,
+}
+
+enum Sink {
+    Syslog(Logger<LoggerBackend, Formatter3164>),
+    /// The state directory, where [`LOG_FILE`] goes.
+    File(PathBuf),
+}
+
+#[derive(Clone, Copy)]
+enum Level {
+    Info,
+    Warning,
+    Error,
+}
+
+impl Log {
+    pub(crate) fn open(job_id: u32, fallback_dir: PathBuf) -> Log {
+        let formatter = Formatter3164 {
+            facility: Facility::LOG_DAEMON,
+            hostname: None,
+            process: "gpu-mem-quota".into(),
+            pid: std::process::id(),
+        };
+        let sink = match syslog::unix(formatter) {
+            Ok(logger) => Sink::Syslog(logger),
+            Err(_) => Sink::File(fallback_dir),
+        };
+        Log { job_id, sink }
+    }
+
+    pub(crate) fn info(&mut self, message: &str) {
+        self.write(Level::Info, message)
+    }
+
+    pub(crate) fn warning(&mut self, message: &str) {
+        self.write(Level::Warning, message)
+    }
+
+    pub(crate) fn error(&mut self, message: &str) {
+        self.write(Level::Error, message)
+    }
+
+    fn write(&mut self, level: Level, message: &str) {
+        let line = format!("job {}: {}", self.job_id, message.replace('\n', " / "));
+        match &mut self.sink {
+            Sink::Syslog(logger) => {
+                let _ = match level {
+                    Level::Info => logger.info(&line),
+                    Level::Warning => logger.warning(&line),
+                    Level::Error => logger.err(&line),
+                };
+            }
+            Sink::File(dir) => {
+                let tag = match level {
+                    Level::Info => "info",
+                    Level::Warning => "warning",
+                    Level::Error => "error",
+                };
+                let text = format!("gpu-mem-quota[{}]: {tag}: {line}\n", std::process::id());
+                // Nowhere left to say that the fallback failed: the line is lost.
+                let _ = append_to_fallback(dir, &text);
+            }
+        }
+    }
+}
+
+/// Appends `text` to `<state_dir>/watchdog.log` under the rules above.
+fn append_to_fallback(state_dir: &Path, text: &str) -> io::Result<()> {
+    if !state_dir.exists() {
+        std::fs::create_dir_all(state_dir)?;
+    }
+    let dir = TrustedDir::open(state_dir)?;
+    let mut file = open_log(&dir)?;
+    if file.metadata()?.len() >= MAX_LOG_BYTES {
+        // Rotate only the file we checked: another watchdog may have rotated it just now.
+        let ours = file.metadata()?;
+        let there = dir.stat_child(LOG_FILE)?;
+        if there.is_some_and(|s| s.st_dev == ours.dev() && s.st_ino == ours.ino()) {
+            dir.rename(LOG_FILE, OLDER_LOG_FILE)?;
+        }
+        file = open_log(&dir)?;
+    }
+    file.write_all(text.as_bytes())
+}
+
+/// Opens (creating, root 0640) the fallback log for appending, refusing anything but a regular
+/// file of ours with one link.
+fn open_log(dir: &TrustedDir) -> io::Result<std::fs::File> {
+    let flags = OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT | OFlag::O_NONBLOCK;
+    let file = dir.open_file(LOG_FILE, flags, 0o640)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() || meta.uid() != euid() || meta.nlink() != 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: not a regular file of uid {} with one link (owner {}, {} links): refused",
+                dir.path().join(LOG_FILE).display(),
+                euid(),
+                meta.uid(),
+                meta.nlink()
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("gmq-log-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_fallback_log_appends_and_rotates_once_past_its_bound() {
+        let dir = scratch("rotate");
+        append_to_fallback(&dir, "one\n").unwrap();
+        append_to_fallback(&dir, "two\n").unwrap();
+        let log = dir.join(LOG_FILE);
+        assert_eq!(fs::read_to_string(&log).unwrap(), "one\ntwo\n");
+        assert_eq!(fs::metadata(&log).unwrap().mode() & 0o7777, 0o640);
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&log)
+            .unwrap()
+            .set_len(MAX_LOG_BYTES)
+            .unwrap();
+        append_to_fallback(&dir, "three\n").unwrap();
+        assert_eq!(fs::read_to_string(&log).unwrap(), "three\n");
+        assert_eq!(
+            fs::metadata(dir.join(OLDER_LOG_FILE)).unwrap().len(),
+            MAX_LOG_BYTES
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_linked_or_foreign_fallback_log_is_refused() {
+        let dir = scratch("refuse");
+        let victim = dir.join("victim");
+        fs::write(&victim, "precious").unwrap();
+        fs::hard_link(&victim, dir.join(LOG_FILE)).unwrap();
+        let e = append_to_fallback(&dir, "x\n").unwrap_err();
+        assert!(e.to_string().contains("2 links): refused"), "{e}");
+        fs::remove_file(dir.join(LOG_FILE)).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(LOG_FILE)).unwrap();
+        assert!(append_to_fallback(&dir, "x\n").is_err());
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        fs::remove_file(dir.join(LOG_FILE)).unwrap();
+        if euid() == 0 {
+            fs::write(dir.join(LOG_FILE), "").unwrap();
+            std::os::unix::fs::chown(dir.join(LOG_FILE), Some(2001), None).unwrap();
+            let e = append_to_fallback(&dir, "x\n").unwrap_err();
+            assert!(e.to_string().contains("owner 2001"), "{e}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

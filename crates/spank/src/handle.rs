@@ -1,0 +1,244 @@
+//! A small safe handle over the raw SPANK API: what a hook may ask of Slurm, as Rust values.
+
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::fmt;
+use std::marker::PhantomData;
+
+use super::options::SpankOption;
+use super::sys;
+
+/// Where the plugin is running (`spank_context()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Context {
+    /// srun on the submit host.
+    Local,
+    /// slurmstepd on a compute node, for one step.
+    Remote,
+    /// sbatch or salloc.
+    Allocator,
+    /// slurmd itself.
+    Slurmd,
+    /// the spank prolog/epilog stepd.
+    JobScript,
+    Unknown,
+}
+
+/// A SPANK call that failed, with Slurm's own words for why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpankError {
+    pub(crate) call: &'static str,
+    pub(crate) code: sys::spank_err_t,
+}
+
+impl fmt::Display for SpankError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // SAFETY: spank_strerror returns a static string for every code.
+        let text = unsafe { CStr::from_ptr(sys::spank_strerror(self.code)) };
+        write!(f, "{} failed: {}", self.call, text.to_string_lossy())
+    }
+}
+
+fn check(call: &'static str, code: sys::spank_err_t) -> Result<(), SpankError> {
+    if code == sys::ESPANK_SUCCESS as sys::spank_err_t {
+        Ok(())
+    } else {
+        Err(SpankError { call, code })
+    }
+}
+
+fn c_string(call: &'static str, text: &str) -> Result<CString, SpankError> {
+    CString::new(text).map_err(|_| SpankError {
+        call,
+        code: sys::slurm_err_t_ESPANK_BAD_ARG,
+    })
+}
+
+/// A `spank_get_item` item whose one variadic argument is a `T *`; made only by `item!`, which
+/// also names the call for error messages.
+struct Item<T> {
+    item: sys::spank_item::Type,
+    call: &'static str,
+    written: PhantomData<T>,
+}
+
+/// `item!(S_JOB_UID: libc::uid_t)`: the item and the type Slurm writes for it.
+macro_rules! item {
+    ($name:ident: $type:ty) => {
+        Item::<$type> {
+            item: sys::spank_item::$name,
+            call: concat!("spank_get_item(", stringify!($name), ")"),
+            written: PhantomData,
+        }
+    };
+}
+
+/// The handle Slurm passes to a hook, plus the hook's plugstack arguments.
+pub(crate) struct Spank {
+    raw: sys::spank_t,
+    args: Vec<String>,
+}
+
+/// The longest environment value [`Spank::getenv`] reads: Linux's limit for one argument or
+/// variable (`MAX_ARG_STRLEN`, 128 KiB).
+const MAX_ENV_VALUE: usize = 128 * 1024;
+
+impl Spank {
+    /// # Safety
+    /// `raw`, `ac` and `av` must be what Slurm passed to the hook being run.
+    pub(crate) unsafe fn from_hook(raw: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> Spank {
+        let mut args = Vec::new();
+        if !av.is_null() {
+            for i in 0..ac.max(0) as usize {
+                // SAFETY: Slurm passes `ac` valid entries in `av` (the caller's contract).
+                let word = unsafe { *av.add(i) };
+                if !word.is_null() {
+                    // SAFETY: a non-null entry of `av` is a NUL-terminated string Slurm owns for
+                    // the hook's duration; it is copied at once.
+                    let text = unsafe { CStr::from_ptr(word) };
+                    args.push(text.to_string_lossy().into_owned());
+                }
+            }
+        }
+        Spank { raw, args }
+    }
+
+    /// The words after the plugin's path on its plugstack.conf line.
+    pub(super) fn plugin_args(&self) -> &[String] {
+        &self.args
+    }
+
+    pub(super) fn context(&self) -> Context {
+        use sys::spank_context::*;
+        // SAFETY: no arguments; reads Slurm's global plugin stack.
+        match unsafe { sys::spank_context() } {
+            S_CTX_LOCAL => Context::Local,
+            S_CTX_REMOTE => Context::Remote,
+            S_CTX_ALLOCATOR => Context::Allocator,
+            S_CTX_SLURMD => Context::Slurmd,
+            S_CTX_JOB_SCRIPT => Context::JobScript,
+            _ => Context::Unknown,
+        }
+    }
+
+    pub(crate) fn register_option(&self, option: &SpankOption) -> Result<(), SpankError> {
+        let mut raw = option.to_raw();
+        // SAFETY: `raw` points at 'static strings; Slurm copies what it keeps.
+        check("spank_option_register", unsafe {
+            sys::spank_option_register(self.raw, &mut raw)
+        })
+    }
+
+    /// The option's value if the job was given it (`None` if not).
+    pub(crate) fn getopt(&self, option: &SpankOption) -> Result<Option<String>, SpankError> {
+        let mut raw = option.to_raw();
+        let mut value: *mut c_char = std::ptr::null_mut();
+        // SAFETY: `raw` is valid for the call; Slurm sets `value` to a string it owns, or NULL.
+        let code = unsafe { sys::spank_option_getopt(self.raw, &mut raw, &mut value) };
+        if code == sys::slurm_err_t_ESPANK_ERROR {
+            return Ok(None); // "not used on the command line nor in the job environment"
+        }
+        check("spank_option_getopt", code)?;
+        if value.is_null() {
+            return Ok(Some(String::new()));
+        }
+        // SAFETY: non-NULL and NUL-terminated, owned by Slurm's option cache for the step's lifetime.
+        Ok(Some(
+            unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned(),
+        ))
+    }
+
+    /// Sets a variable in the job's environment (batch script and tasks), replacing any value.
+    pub(super) fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
+        let name = c_string("spank_setenv", name)?;
+        let value = c_string("spank_setenv", value)?;
+        // SAFETY: both strings are valid for the call; Slurm copies them.
+        check("spank_setenv", unsafe {
+            sys::spank_setenv(self.raw, name.as_ptr(), value.as_ptr(), 1)
+        })
+    }
+
+    /// Removes a variable from the job's environment; one that is not there is fine.
+    pub(crate) fn unsetenv(&self, name: &str) -> Result<(), SpankError> {
+        let name = c_string("spank_unsetenv", name)?;
+        // SAFETY: the string is valid for the call.
+        check("spank_unsetenv", unsafe {
+            sys::spank_unsetenv(self.raw, name.as_ptr())
+        })
+    }
+
+    /// Reads a variable of the job's environment, whatever its length (up to [`MAX_ENV_VALUE`]
+    /// bytes): a long value read as unset would be overwritten, or an identity taken as unknown.
+    pub(super) fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+        let name = c_string("spank_getenv", name)?;
+        let mut len = 4096;
+        loop {
+            let mut buf = vec![0u8; len];
+            // SAFETY: buf is writable for its length; Slurm NUL-terminates within it.
+            let code = unsafe {
+                sys::spank_getenv(
+                    self.raw,
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len() as c_int,
+                )
+            };
+            if code == sys::slurm_err_t_ESPANK_ENV_NOEXIST {
+                return Ok(None);
+            }
+            if code == sys::slurm_err_t_ESPANK_NOSPACE && len < MAX_ENV_VALUE {
+                len = (len * 8).min(MAX_ENV_VALUE);
+                continue;
+            }
+            check("spank_getenv", code)?;
+            let text = CStr::from_bytes_until_nul(&buf).map_err(|_| SpankError {
+                call: "spank_getenv",
+                code: sys::slurm_err_t_ESPANK_NOSPACE,
+            })?;
+            return Ok(Some(text.to_string_lossy().into_owned()));
+        }
+    }
+
+    /// How many times the job was requeued, as slurmstepd knows it from slurmctld (the job's own
+    /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps). Slurm 22.05 answers 0 in
+    /// the batch step whatever the count (it keeps the count for the environment only).
+    pub(crate) fn restart_count(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_SLURM_RESTART_COUNT: u32))
+    }
+
+    /// The job owner's uid (remote and local contexts).
+    pub(crate) fn job_uid(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_JOB_UID: libc::uid_t))
+    }
+
+    /// The job owner's primary gid (remote context).
+    pub(crate) fn job_gid(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_JOB_GID: libc::gid_t))
+    }
+
+    /// The step id (remote context): a number, or Slurm's special ids for the batch and extern steps.
+    pub(crate) fn step_id(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_JOB_STEPID: u32))
+    }
+
+    /// The task's rank in the step (task contexts): 0 on one node of the step only.
+    pub(crate) fn task_global_id(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_TASK_GLOBAL_ID: u32))
+    }
+
+    /// The job id (remote, local and job-script contexts).
+    pub(super) fn job_id(&self) -> Result<u32, SpankError> {
+        self.item(item!(S_JOB_ID: u32))
+    }
+
+    /// Reads one `spank_get_item` item that Slurm writes through a single `T *`.
+    fn item<T: Copy + Default>(&self, item: Item<T>) -> Result<T, SpankError> {
+        let mut value = T::default();
+        // SAFETY: `Item`s are made only with `item!`, in this file, and each use above pairs an item
+        // with the C type spank.h documents for it (`uint32_t *`, `uid_t *`, `gid_t *`, `int *`):
+        // Slurm writes one `T` into `value`, which we own, and keeps no pointer to it.
+        check(item.call, unsafe {
+            sys::spank_get_item(self.raw, item.item, &mut value as *mut T)
+        })?;
+        Ok(value)
+    }
+}

@@ -1,0 +1,207 @@
+//! The job prolog and epilog (`slurmstepd spank prolog|epilog`, root, run by slurmd on each of the
+//! job's nodes): the watchdog's lifetime, which Slurm guarantees.
+//!
+//! - `job_prolog` (before the job's first step here; at allocation with `PrologFlags=Alloc` or
+//!   `Contain`): start the job's watchdog, with facts slurmd took from the job credential that
+//!   slurmctld signed: the job's GPUs on this node (`SLURM_JOB_GPUS`, written by the gres plugins),
+//!   its account and partition (and QOS from 25.11 on), the node's name. A watchdog of the job's
+//!   previous run still here (self-healing) is stopped first (review G14).
+//! - `job_epilog` (after the job's last step here, with or without those flags): stop the watchdog,
+//!   then deal with what the job left in its cgroups (review G7).
+//!
+//! Neither hook ever fails: a failing prolog drains the node. This process's environment is the one
+//! slurmd built for the script (`prep_script_slurmd.c`, `_build_env`): user-set variables reach it
+//! only with a `SPANK_` prefix, so the names read here are slurmd's. The quota option is the user's
+//! input and is checked against the policy here, as in every step.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::handle::Spank;
+use super::{log, options};
+use gmq_node::admission;
+use gmq_node::attribute::{same_process, signal, sweep_leftovers, LeftoverOutcome};
+use gmq_node::config;
+use gmq_node::launch::{self, spawn, Params};
+use gmq_node::plugin_args::parse_plugin_args;
+use gmq_node::preempt::registry;
+use gmq_node::quota::Identity;
+use gmq_node::runtime;
+use gmq_node::size::ByteSize;
+
+const PROC_ROOT: &str = "/proc";
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// How long the prolog waits for the watchdog of the job's previous run to leave.
+const EARLIER_RUN_WAIT: Duration = Duration::from_secs(5);
+
+/// A variable of slurmd's script environment, when set and not empty.
+fn slurmd_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
+    let job_id = spank.job_id().map_err(|e| e.to_string())?;
+    // The job's GPUs on this node, from the credential; none: nothing to watch here.
+    let Some(gpus) = slurmd_var("SLURM_JOB_GPUS").filter(|g| g != "NoDevFiles") else {
+        return Ok(());
+    };
+    let gpus = launch::parse_gpu_list(&gpus).unwrap_or_default();
+    let args = parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())?;
+    let policy = config::load_for_job(&args.config, args.on_config_error);
+    let config = match &policy {
+        Ok(config) => config,
+        Err(e) => {
+            log::error(&format!(
+                "job {job_id}: no watchdog: the policy is unusable ({})",
+                e.error
+            ));
+            return Ok(());
+        }
+    };
+    let uid = spank.job_uid().map_err(|e| e.to_string())?;
+    let user = gmq_node::passwd::user_name(uid).ok_or_else(|| format!("uid {uid} has no passwd entry"))?;
+    let who = Identity {
+        user: Some(user),
+        account: slurmd_var("SLURM_JOB_ACCOUNT"),
+        partition: slurmd_var("SLURM_JOB_PARTITION"),
+        // In the credential from 25.11 on; before, the watchdog checks the cap with slurmctld's.
+        qos: slurmd_var("SLURM_JOB_QOS"),
+    };
+    let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
+    let runtime_dir = &config.enforcement.runtime_dir;
+    let gpu_total = runtime::gpu_total(runtime_dir, &gpus).map(ByteSize::from_bytes);
+    // Shards are not in the credential: the watchdog holds the job to them (slurmctld's record).
+    let verdict = match admission::on_node(request.as_deref(), &policy, &who, gpu_total, None) {
+        Ok(verdict) => verdict,
+        Err(refusal) => {
+            log::verbose(&format!(
+                "job {job_id}: no watchdog: the job's tasks are refused ({refusal})"
+            ));
+            return Ok(());
+        }
+    };
+    stop_earlier_run(job_id, runtime_dir);
+    let params = Params {
+        job_id,
+        uid,
+        gid: spank.job_gid().map_err(|e| e.to_string())?,
+        quota: verdict.quota,
+        gpus,
+        config: args.config.clone(),
+        preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
+    };
+    log::verbose(&format!(
+        "job {job_id}: starting its watchdog here (GPU(s) {}, {})",
+        params.gpus.join(","),
+        verdict.note
+    ));
+    let env = spawn::clean_environment(
+        slurmd_var("SLURM_CONF").as_deref(),
+        slurmd_var("SLURMD_NODENAME").as_deref(),
+    );
+    // A failure to start the watchdog must not fail the prolog: logged, the job runs unwatched.
+    if let Err(e) = spawn::spawn_detached(&args.watchdog, &params.to_args(), &env) {
+        log::error(&format!(
+            "job {job_id}: cannot start the watchdog {}: {e}",
+            args.watchdog.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The watchdog of the job's previous run, still self-healing when the job restarts here (G14):
+/// told to stop, and waited for (bounded), so that it cannot clear the new run's hard limit or
+/// remove its files on its way out.
+fn stop_earlier_run(job_id: u32, runtime_dir: &Path) {
+    let Some(earlier) = runtime::read_pid_file(runtime_dir, job_id) else {
+        return;
+    };
+    let proc_root = Path::new(PROC_ROOT);
+    if !same_process(proc_root, &earlier) || signal(proc_root, &earlier, libc::SIGTERM).is_err() {
+        return;
+    }
+    log::info(&format!(
+        "job {job_id}: the watchdog of its previous run (pid {}) is still here: stopping it",
+        earlier.pid
+    ));
+    let deadline = Instant::now() + EARLIER_RUN_WAIT;
+    while same_process(proc_root, &earlier) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub(super) fn epilog(spank: &Spank) -> Result<(), String> {
+    let job_id = spank.job_id().map_err(|e| e.to_string())?;
+    let uid = spank.job_uid().map_err(|e| e.to_string())?;
+    let args = parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())?;
+    let policy = config::load(&args.config);
+    match &policy {
+        Ok(policy) => stop_watchdog(job_id, policy),
+        Err(e) => log::verbose(&format!(
+            "job {job_id}: the policy is unusable ({e}): no watchdog to stop"
+        )),
+    }
+    // Without a usable policy the built-in setting holds: Slurm has ended every step by now.
+    let kill = policy.as_ref().map_or(true, |p| p.enforcement.kill_leftovers);
+    for leftover in sweep_leftovers(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), job_id, uid, kill) {
+        let pid = leftover.pid;
+        match leftover.outcome {
+            LeftoverOutcome::Killed => log::error(&format!(
+                "job {job_id}: process {pid} was still in the job's cgroup after its end (moved \
+                 into a cgroup below its step?): killed"
+            )),
+            LeftoverOutcome::Reported => log::error(&format!(
+                "job {job_id}: process {pid} is still in the job's cgroup after its end \
+                 (kill_leftovers = false: left running)"
+            )),
+            // Root's: Slurm's own (a slurmstepd still on its way out), never the job's to answer for.
+            LeftoverOutcome::NotTheUsers(Some(0)) => log::verbose(&format!(
+                "job {job_id}: process {pid} (root) is still in the job's cgroup after its end: Slurm's, left alone"
+            )),
+            LeftoverOutcome::NotTheUsers(owner) => log::error(&format!(
+                "job {job_id}: process {pid} (uid {}) is in the job's cgroup after its end, \
+                 not the job user's: left alone",
+                owner.map_or("?".to_string(), |o| o.to_string())
+            )),
+            LeftoverOutcome::Gone => {}
+            LeftoverOutcome::Failed(e) => log::error(&format!(
+                "job {job_id}: process {pid} left in the job's cgroup could not be killed: {e}"
+            )),
+        }
+    }
+    Ok(())
+}
+
+/// The job has ended here: SIGTERM to its watchdog, which writes its last record and leaves. One
+/// that is not running (it died, or never started) leaves files that must not outlive the job:
+/// the runtime directory, the metrics file (node_exporter would export a dead job's last sample
+/// for ever) and its preemption registry entry.
+fn stop_watchdog(job_id: u32, policy: &config::Config) {
+    let runtime_dir = &policy.enforcement.runtime_dir;
+    let proc_root = Path::new(PROC_ROOT);
+    let watchdog = runtime::read_pid_file(runtime_dir, job_id);
+    // Through a pidfd, to the very process the pid file names (pid and start time).
+    match watchdog.map(|w| (w, signal(proc_root, &w, libc::SIGTERM))) {
+        Some((watchdog, Ok(()))) => log::verbose(&format!(
+            "job {job_id}: stopping its watchdog (pid {})",
+            watchdog.pid
+        )),
+        signalled => {
+            log::verbose(&format!(
+                "job {job_id}: no watchdog to stop ({}): removing its files",
+                match signalled {
+                    Some((w, Err(e))) => format!("pid {}: {e}", w.pid),
+                    _ => "no pid file".to_string(),
+                }
+            ));
+            let _ = runtime::remove_job_dir(runtime_dir, job_id);
+            if let Some(dir) = &policy.metrics.textfile_dir {
+                let _ = gmq_node::textfile::remove(dir, &gmq_node::metrics::file_name(job_id));
+            }
+            if let Ok(Some(registry)) = registry::Registry::open_existing(runtime_dir) {
+                let _ = registry.remove(job_id);
+            }
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! Slurm's logger. In sbatch/srun/salloc it prints to the user's terminal; in slurmd and slurmstepd it
+//! goes to their log with the job and step in front. Every line starts with `gpu-mem-quota: `.
+
+use std::ffi::CString;
+
+use super::sys;
+use gmq_node::PLUGIN_NAME;
+
+fn line(message: &str) -> CString {
+    let text = format!("{PLUGIN_NAME}: {message}");
+    // Interior NULs (from a forged value) would truncate the line; show them instead.
+    CString::new(text.replace('\0', "\\0").replace('\n', " / ")).unwrap_or_default()
+}
+
+pub(super) fn info(message: &str) {
+    // SAFETY: "%s" with one valid NUL-terminated string is a well-formed printf call.
+    unsafe { sys::slurm_info(c"%s".as_ptr(), line(message).as_ptr()) }
+}
+
+pub(super) fn error(message: &str) {
+    // SAFETY: as in `info`.
+    unsafe { sys::slurm_error(c"%s".as_ptr(), line(message).as_ptr()) }
+}
+
+pub(crate) fn verbose(message: &str) {
+    // SAFETY: as in `info`.
+    unsafe { sys::slurm_verbose(c"%s".as_ptr(), line(message).as_ptr()) }
+}

@@ -1,6 +1,0 @@
-//! The companion binary: `gpu-mem-quota <command>`. Each command is a thin wrapper over the library.
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    gpu_mem_quota::cli::main(std::env::args().skip(1).collect())
-}
