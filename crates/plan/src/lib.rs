@@ -14,6 +14,8 @@
 //!
 //! docs/PLAN.md documents every term with its source.
 
+#![forbid(unsafe_code)]
+
 pub mod activations;
 pub(crate) mod breakdown;
 pub mod estimate;
