@@ -1,6 +1,6 @@
 //! What the plugin does in slurmstepd for every job step, timed: read, parse and validate the policy
-//! (`config::load_for_job` on etc/gpu-mem-quota.toml), decide the step (`admission::on_node`), and
-//! build the job's environment (`job_env::quota_vars`, `hints::framework_vars`).
+//! (`config::load_for_job` on etc/gpu-mem-quota.toml), decide the step (`step::decide_step`, over
+//! `admission::on_node`), and build the job's environment (`step::task_env`).
 //!
 //! ```sh
 //! cargo bench --bench plugin_step
@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use gmq_node::admission::{self, Policy};
 use gmq_node::config::{self, OnConfigError};
-use gmq_node::hints::{framework_vars, CapInputs};
-use gmq_node::job_env;
 use gmq_node::quota::Identity;
+use gmq_node::runtime::NodeFacts;
 use gmq_node::size::ByteSize;
+use gmq_node::slurmctl::JobRecord;
+use gmq_node::step::{self, Step, StepDecision, StepSources, BATCH_STEP};
 
 const GPU_TOTAL: ByteSize = ByteSize::from_bytes(80 << 30);
 
@@ -33,35 +34,64 @@ fn who() -> Identity {
     }
 }
 
-/// The environment a step with this verdict gets.
-fn env_vars(
-    policy: &Policy,
-    quota: ByteSize,
-    user_env: &BTreeMap<String, String>,
-) -> Vec<(&'static str, String)> {
-    let mut vars = job_env::quota_vars(quota);
-    if let Ok(config) = policy {
-        vars.extend(framework_vars(&CapInputs {
-            quota,
-            gpu_total: GPU_TOTAL,
-            context_reserve: config.frameworks.context_reserve,
-            visible_devices: 1,
-            switches: config.frameworks.switches,
-            user_env,
-        }));
-    }
-    vars
+/// The batch step's sources as slurmstepd answers them: slurmd's variables, the node's GPU size;
+/// the batch step reads no watchdog file and asks slurmctld nothing.
+struct BatchStep {
+    env: BTreeMap<&'static str, String>,
 }
 
-/// One step as the plugin runs it: policy from disk, verdict, environment. Returns the variables.
-fn step(path: &Path, request: Option<&str>, who: &Identity, user_env: &BTreeMap<String, String>) -> usize {
-    let policy = config::load_for_job(path, OnConfigError::FailOpen);
-    let verdict =
-        admission::on_node(request, &policy, who, Some(GPU_TOTAL), None).expect("the step is admitted");
-    match verdict.quota {
-        Some(quota) => env_vars(&policy, quota, user_env).len(),
-        None => 0,
+impl BatchStep {
+    fn new(user_env: &[(&'static str, &str)]) -> BatchStep {
+        let mut env = BTreeMap::from([
+            ("SLURM_JOB_ACCOUNT", "physics".to_string()),
+            ("SLURM_JOB_PARTITION", "gpu".to_string()),
+            ("SLURM_JOB_QOS", "normal".to_string()),
+            ("SLURM_JOB_GPUS", "0".to_string()),
+        ]);
+        env.extend(user_env.iter().map(|(name, value)| (*name, value.to_string())));
+        BatchStep { env }
     }
+}
+
+impl StepSources for BatchStep {
+    fn env(&self, name: &str) -> Option<String> {
+        self.env.get(name).cloned()
+    }
+    fn node_facts(&self, _: &Path) -> Option<NodeFacts> {
+        None
+    }
+    fn job_record(&self) -> Result<JobRecord, String> {
+        Err("the batch step asks slurmctld nothing".into())
+    }
+    fn gpu_total(&self, _: &Path, _: &[String]) -> Option<u64> {
+        Some(GPU_TOTAL.bytes())
+    }
+}
+
+fn batch_step<'a>(policy: &'a Policy, request: Option<&'a str>) -> Step<'a> {
+    Step {
+        job_id: 4242,
+        step_id: BATCH_STEP,
+        user: "gmq-user".into(),
+        request,
+        policy,
+        node: "vm",
+    }
+}
+
+/// The task environment of a decided step, as `task_init` writes it.
+fn env_vars(decision: &StepDecision, sources: &BatchStep) -> usize {
+    let verdict = decision.verdict.as_ref().expect("the step is admitted");
+    step::task_env(decision, verdict, sources, &[]).0.len()
+}
+
+/// One step as the plugin runs it: policy from disk, decision, environment. Returns the variables.
+fn whole_step(path: &Path, request: Option<&str>, sources: &BatchStep) -> usize {
+    let policy = config::load_for_job(path, OnConfigError::FailOpen);
+    env_vars(
+        &step::decide_step(&batch_step(&policy, request), sources),
+        sources,
+    )
 }
 
 fn spread(mut times: Vec<Duration>) -> (Duration, Duration) {
@@ -113,16 +143,20 @@ fn main() -> ExitCode {
         .filter(|&n: &usize| n > 0)
         .unwrap_or(2000);
     let who = who();
-    let no_user_env = BTreeMap::new();
+    let plain = BatchStep::new(&[]);
     // A user who set their own allocator options: the merge path.
-    let user_env = BTreeMap::from([(
-        "PYTORCH_CUDA_ALLOC_CONF".to_string(),
-        "max_split_size_mb:512,garbage_collection_threshold:0.8".to_string(),
+    let own_allocator = BatchStep::new(&[(
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "max_split_size_mb:512,garbage_collection_threshold:0.8",
     )]);
-    let quota = admission::on_node(Some("20G"), &policy, &who, Some(GPU_TOTAL), None)
-        .ok()
-        .and_then(|v| v.quota)
-        .expect("20G is within gmq-user's cap");
+    let decision = step::decide_step(&batch_step(&policy, Some("20G")), &plain);
+    if decision.verdict.as_ref().map_or(true, |v| v.quota.is_none()) {
+        eprintln!(
+            "plugin_step: 20G is not admitted for gmq-user in physics: {:?}",
+            decision.verdict
+        );
+        return ExitCode::FAILURE;
+    }
 
     println!(
         "plugin per-step cost, policy {}, {rounds} rounds per line",
@@ -147,14 +181,25 @@ fn main() -> ExitCode {
     row("admission::on_node, no request (default 50%)", rounds, || {
         black_box(admission::on_node(None, &policy, &who, Some(GPU_TOTAL), None).is_ok());
     });
-    row("env vars (quota_vars + framework_vars)", rounds, || {
-        black_box(env_vars(&policy, quota, &no_user_env));
+    row(
+        "step::decide_step (batch step), --gpu-mem-quota=20G",
+        rounds,
+        || {
+            black_box(step::decide_step(&batch_step(&policy, Some("20G")), &plain));
+        },
+    );
+    row("env vars (step::task_env)", rounds, || {
+        black_box(env_vars(&decision, &plain));
     });
     row("env vars, user set PYTORCH_CUDA_ALLOC_CONF", rounds, || {
-        black_box(env_vars(&policy, quota, &user_env));
+        black_box(env_vars(&decision, &own_allocator));
     });
-    row("whole step: load_for_job + on_node + env vars", rounds, || {
-        black_box(step(&path, Some("20G"), &who, &no_user_env));
-    });
+    row(
+        "whole step: load_for_job + decide_step + task_env",
+        rounds,
+        || {
+            black_box(whole_step(&path, Some("20G"), &plain));
+        },
+    );
     ExitCode::SUCCESS
 }
