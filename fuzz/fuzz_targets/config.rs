@@ -4,7 +4,7 @@
 //! to the same policy; and the salvaged `on_config_error` of a valid file is the one it set.
 #![no_main]
 
-use gmq_node::config::{self, render, OnConfigError};
+use gmq_core::config::{self, render, OnConfigError};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -4,7 +4,7 @@
 //! and written back as `key=value` words parses to the same arguments.
 #![no_main]
 
-use gmq_node::plugin_args::parse_plugin_args;
+use gmq_core::plugin_args::parse_plugin_args;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|line: &str| {

@@ -8,8 +8,8 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use gmq_node::record::{self, is_recorded, merge, Entry, EventKind, MARKER, MAX_NODE_NAME_BYTES};
-use gmq_node::size::{ByteSize, MAX_SIZE};
+use gmq_core::record::{self, is_recorded, merge, Entry, EventKind, MARKER, MAX_NODE_NAME_BYTES};
+use gmq_core::size::{ByteSize, MAX_SIZE};
 use libfuzzer_sys::fuzz_target;
 
 /// Bytes of input that describe the entry; the AdminComment follows.

@@ -5,7 +5,7 @@
 //! back, renders to the same text again and keeps the highest peak.
 #![no_main]
 
-use gmq_node::record::{self, MAX_RECORD_BYTES};
+use gmq_core::record::{self, MAX_RECORD_BYTES};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|admin_comment: &str| {

@@ -4,9 +4,9 @@
 //! which parses back to the same value; the option parser agrees with the size parser it wraps.
 #![no_main]
 
-use gmq_node::batch::{parse_batch_option, MAX_BATCH_FACTOR};
-use gmq_node::request::parse_quota_option;
-use gmq_node::size::{parse_size, MAX_SIZE};
+use gmq_core::batch::{parse_batch_option, MAX_BATCH_FACTOR};
+use gmq_core::request::parse_quota_option;
+use gmq_core::size::{parse_size, MAX_SIZE};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use gmq_node::admission::{self, Policy};
-use gmq_node::config::{self, OnConfigError};
-use gmq_node::quota::Identity;
+use gmq_core::admission::{self, Policy};
+use gmq_core::config::{self, OnConfigError};
+use gmq_core::quota::Identity;
+use gmq_core::size::ByteSize;
 use gmq_node::runtime::NodeFacts;
-use gmq_node::size::ByteSize;
 use gmq_node::slurmctl::JobRecord;
 use gmq_node::step::{self, Step, StepDecision, StepSources, BATCH_STEP};
 

@@ -27,8 +27,8 @@ use gmq_commands::watchdog::control::ProcAttributor;
 use gmq_commands::watchdog::gpu::{GpuSource, NvmlSource};
 use gmq_commands::watchdog::status::Status;
 use gmq_commands::watchdog::{Attributor, Reporter, Watchdog};
-use gmq_node::config::Enforcement;
-use gmq_node::size::ByteSize;
+use gmq_core::config::Enforcement;
+use gmq_core::size::ByteSize;
 
 // Slurm is never asked here: the sampled processes stay under the quota.
 #[path = "../tests/common/watchdog_fakes.rs"]

@@ -2,7 +2,7 @@
 //! checked against the policy's `[scheduling] shard_unit`: `check-config --slurm-conf`. Pure: file
 //! texts in, findings out, each naming the file and line.
 
-use gmq_node::size::ByteSize;
+use gmq_core::size::ByteSize;
 
 /// One file as read: its name for messages and its text.
 pub struct ConfFile<'a> {

@@ -31,19 +31,19 @@ fn a_valid_policy_gets_one_ok_line() {
 
 #[test]
 fn every_error_is_printed_and_the_status_is_1() {
-    let out = check_config(&["crates/node/tests/fixtures/config/many-errors.toml"]);
+    let out = check_config(&["crates/core/tests/fixtures/config/many-errors.toml"]);
     assert_eq!(out.status.code(), Some(1));
-    let expected = std::fs::read_to_string("../node/tests/fixtures/config/many-errors.expected")
+    let expected = std::fs::read_to_string("../core/tests/fixtures/config/many-errors.expected")
         .unwrap()
-        .replace("tests/fixtures/", "crates/node/tests/fixtures/");
+        .replace("tests/fixtures/", "crates/core/tests/fixtures/");
     assert_eq!(text(&out.stderr), expected);
     assert_eq!(text(&out.stdout), "");
 
-    let out = check_config(&["crates/node/tests/fixtures/config/unknown-key.toml"]);
+    let out = check_config(&["crates/core/tests/fixtures/config/unknown-key.toml"]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        "crates/node/tests/fixtures/config/unknown-key.toml:7:1: [account.physics] maximum: unknown field `maximum`, expected `default` or `max`\n"
+        "crates/core/tests/fixtures/config/unknown-key.toml:7:1: [account.physics] maximum: unknown field `maximum`, expected `default` or `max`\n"
     );
 }
 

@@ -4,10 +4,10 @@
 use std::process::Command;
 use std::time::Duration;
 
-use gmq_node::config::{self, render, Config};
+use gmq_core::config::{self, render, Config};
 use gmq_node::preempt::{AfterMax, PreemptSettings, RankKind, Ranks};
 
-#[path = "../../node/tests/common/config_errors.rs"]
+#[path = "../../core/tests/common/config_errors.rs"]
 mod config_errors;
 use config_errors::{assert_one_error_each, parse};
 

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use gmq_commands::watchdog::gpu::{DeviceHandle, GpuSample, GpuSource, NvmlSource};
 use gmq_commands::watchdog::hard_limit::{self, Answer, Outcome, Setter};
 use gmq_commands::watchdog::{Attributor, Watchdog};
-use gmq_node::config::Enforcement;
-use gmq_node::record;
-use gmq_node::size::ByteSize;
+use gmq_core::config::Enforcement;
+use gmq_core::record;
+use gmq_core::size::ByteSize;
 
 #[path = "common/watchdog_fakes.rs"]
 mod watchdog_fakes;

@@ -2,14 +2,14 @@
 //! them with --duplicates) into jobs and runs, our record among other tools' text, efficiency
 //! maths, the text and JSON shapes.
 
-use gmq_node::record::EventKind;
+use gmq_core::record::EventKind;
 use serde_json::Value;
 
 use gmq_commands::report::{
     efficiency, explain_failure, job_reports, job_text, jobs_json, jobs_list_text, parse_rows, Query,
     RecordState,
 };
-use gmq_node::size::parse_size;
+use gmq_core::size::parse_size;
 
 const GIB: u64 = 1 << 30;
 
@@ -94,7 +94,7 @@ fn efficiency_is_peak_over_quota_in_percent() {
         let got = efficiency(peak, q(quota)).unwrap();
         assert!((got - want).abs() < 1e-9, "{peak} of {quota}: {got}");
     }
-    assert_eq!(efficiency(1, gmq_node::size::ByteSize::from_bytes(0)), None);
+    assert_eq!(efficiency(1, gmq_core::size::ByteSize::from_bytes(0)), None);
 
     let jobs = job_reports(&parse_rows(PEAKED_30_OF_40).unwrap());
     assert!(job_text(&jobs[0]).contains("Total: peak 30G of 40G per GPU (75.0%); events -\n"));

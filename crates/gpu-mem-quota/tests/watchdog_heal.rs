@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use gmq_commands::watchdog::gpu::{GpuProcess, GpuSample, GpuSource};
 use gmq_commands::watchdog::heal::{after_run, HealPolicy};
 use gmq_commands::watchdog::{Attributor, Watchdog};
-use gmq_node::config::Enforcement;
-use gmq_node::record::{self, EventKind};
-use gmq_node::size::ByteSize;
+use gmq_core::config::Enforcement;
+use gmq_core::record::{self, EventKind};
+use gmq_core::size::ByteSize;
 use gmq_node::slurmctl::{JobEnd, JobState};
 
 #[path = "common/watchdog_fakes.rs"]

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use gmq_commands::watchdog::control::ProcAttributor;
 use gmq_commands::watchdog::gpu::{GpuProcess, GpuSample, GpuSource};
 use gmq_commands::watchdog::{Attributor, Flow, Watchdog};
-use gmq_node::config::Enforcement;
-use gmq_node::record;
-use gmq_node::size::ByteSize;
+use gmq_core::config::Enforcement;
+use gmq_core::record;
+use gmq_core::size::ByteSize;
 
 #[path = "common/watchdog_fakes.rs"]
 mod watchdog_fakes;
@@ -641,7 +641,7 @@ fn an_unreadable_admin_comment_is_left_alone_while_the_job_runs() {
 
 /// `ticks` samples 2 s apart of `series(i)` bytes, with prediction on (horizon 5 min).
 fn run_trend(series: impl Fn(u64) -> u64, ticks: u64) -> (Lines, Watchdog) {
-    let prediction = gmq_node::config::Prediction {
+    let prediction = gmq_core::config::Prediction {
         enabled: true,
         ..Default::default()
     };
@@ -701,7 +701,7 @@ fn counts_in_a_record_cannot_wrap_the_requeue_count_to_zero() {
     };
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
     assert_eq!(slurm.calls, vec!["comment", "requeue-hold"], "{:?}", lines.lines);
-    let previous = gmq_node::hints::previous_run(&slurm.admin_comment).unwrap();
+    let previous = gmq_core::hints::previous_run(&slurm.admin_comment).unwrap();
     assert_eq!(previous.restarts, u32::MAX);
 }
 

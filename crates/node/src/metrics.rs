@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use crate::record::{EventCounts, EventKind};
+use gmq_core::record::{EventCounts, EventKind};
 
 /// What one job looks like on this node at one sample.
 #[derive(Debug, Clone, PartialEq, Eq)]

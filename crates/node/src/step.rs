@@ -13,15 +13,15 @@ use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::admission::{self, NodeVerdict, Policy};
-use crate::config;
-use crate::hints;
-use crate::job_env;
 use crate::launch;
-use crate::quota::Identity;
 use crate::runtime::{self, NodeFacts};
-use crate::size::ByteSize;
 use crate::slurmctl::JobRecord;
+use gmq_core::admission::{self, NodeVerdict, Policy};
+use gmq_core::config;
+use gmq_core::hints;
+use gmq_core::job_env;
+use gmq_core::quota::Identity;
+use gmq_core::size::ByteSize;
 
 /// Slurm's step id for the batch step (slurm.h: `SLURM_BATCH_SCRIPT`).
 pub const BATCH_STEP: u32 = 0xffff_fffb;
@@ -64,7 +64,7 @@ pub struct Tuning {
     pub(crate) frameworks: config::Frameworks,
     pub(crate) hints: config::HintSettings,
     /// The GPU size quotas are measured against (the node's real one where known).
-    pub(crate) gpu_total: Option<ByteSize>,
+    pub gpu_total: Option<ByteSize>,
     pub(crate) visible_devices: u32,
 }
 
@@ -261,7 +261,7 @@ pub fn restart_hints(
     let Some(last_event) = hints::restart_event(&previous, quota, gpu_total, tuning.hints.near_margin) else {
         return (Vec::new(), Vec::new());
     };
-    let batch = batch_option.and_then(|value| crate::batch::parse_batch_option(value).ok());
+    let batch = batch_option.and_then(|value| gmq_core::batch::parse_batch_option(value).ok());
     let advice = hints::restart_hints(&hints::HintInputs {
         restarts: previous.restarts,
         last_event,
@@ -345,8 +345,8 @@ fn framework_caps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{parse, LoadError, OnConfigError, Unusable};
     use crate::slurmctl::{JobEnd, JobState};
+    use gmq_core::config::{parse, LoadError, OnConfigError, Unusable};
     use std::cell::Cell;
 
     const GIB: u64 = 1 << 30;

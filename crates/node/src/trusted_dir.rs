@@ -8,8 +8,8 @@
 //! `openat`, `renameat`, `unlinkat`), never by following a symlink. The calls are nix's, on
 //! borrowed descriptors: nothing here is `unsafe`.
 //!
-//! The refusal rule for a directory we are handed: a real directory (not a symlink), owned by us,
-//! not writable by group or others, no sticky bit. Such a directory is never chowned or chmodded:
+//! The refusal rule for a directory we are handed ([`gmq_core::dir_rule`]): a real directory (not
+//! a symlink), owned by us, not writable by group or others, no sticky bit. Such a directory is never chowned or chmodded:
 //! it is the admin's, and a shared one (`/tmp`) must stay exactly as it was. Directories we create
 //! inside it are ours: their owner and mode are set on the descriptor to what we want.
 
@@ -24,6 +24,8 @@ use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, FileStat, Mode};
 use nix::unistd::{self, UnlinkatFlags};
 
+use gmq_core::dir_rule::{not_owned_by, refusal, Inode};
+
 /// An open directory that passed the refusal rule; `path` only names it in messages.
 #[derive(Debug)]
 pub struct TrustedDir {
@@ -31,60 +33,11 @@ pub struct TrustedDir {
     path: PathBuf,
 }
 
-/// What the refusal rule reads of a file: its type and permission bits (`st_mode`) and its owner.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Inode {
-    pub(crate) mode: u32,
-    pub uid: u32,
-}
-
-impl From<&FileStat> for Inode {
-    fn from(stat: &FileStat) -> Inode {
-        Inode {
-            mode: stat.st_mode,
-            uid: stat.st_uid,
-        }
-    }
-}
-
-impl From<&std::fs::Metadata> for Inode {
-    fn from(meta: &std::fs::Metadata) -> Inode {
-        use std::os::unix::fs::MetadataExt;
-        Inode {
-            mode: meta.mode(),
-            uid: meta.uid(),
-        }
-    }
-}
-
-/// What is wrong with a directory we were handed, if anything: the reason, for a message. The
-/// one rule: `check-config` judges the policy's directories by it too, for root (`owner` 0).
-pub(crate) fn refusal(inode: Inode, owner: u32) -> Option<String> {
-    let mode = inode.mode & 0o7777;
-    if inode.mode & libc::S_IFMT != libc::S_IFDIR {
-        Some("is not a directory".into())
-    } else if let Some(why) = not_owned_by(inode.uid, owner) {
-        Some(why)
-    } else if mode & (libc::S_IWGRP | libc::S_IWOTH) != 0 {
-        Some(format!("is writable by group or others (mode {mode:04o})"))
-    } else if mode & libc::S_ISVTX != 0 {
-        Some(format!(
-            "has the sticky bit, a shared directory (mode {mode:04o})"
-        ))
-    } else {
-        None
-    }
-}
-
-fn not_owned_by(uid: u32, owner: u32) -> Option<String> {
-    (uid != owner).then(|| format!("is owned by uid {uid}, not {}", owner_name(owner)))
-}
-
-fn owner_name(uid: u32) -> String {
-    if uid == 0 {
-        "root".into()
-    } else {
-        format!("uid {uid}")
+/// What the refusal rule reads of a file, from `fstat` on its descriptor.
+fn inode_of(stat: &FileStat) -> Inode {
+    Inode {
+        mode: stat.st_mode,
+        uid: stat.st_uid,
     }
 }
 
@@ -149,7 +102,7 @@ impl TrustedDir {
     pub fn open(path: &Path) -> io::Result<TrustedDir> {
         let fd = fcntl::open(nul_free(path)?, DIR_FLAGS, Mode::empty()).map_err(|e| open_error(path, e))?;
         let stat = stat::fstat(&fd).map_err(|e| at_path(path, e))?;
-        if let Some(why) = refusal(Inode::from(&stat), euid()) {
+        if let Some(why) = refusal(inode_of(&stat), euid()) {
             return Err(refused(path, &why));
         }
         Ok(TrustedDir {

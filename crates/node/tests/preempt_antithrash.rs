@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gmq_node::config::Action;
+use gmq_core::config::Action;
 use gmq_node::preempt::{decide, Decision, GpuCooldown, GpuSnapshot, JobOnGpu, PreemptSettings, Rank};
 
 const G: u64 = 1 << 30;

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use gmq_node::config::values::parse_amount;
-use gmq_node::config::{Action, NonRequeueable};
+use gmq_core::config::values::parse_amount;
+use gmq_core::config::{Action, NonRequeueable};
 use gmq_node::preempt::cooldown::Preemption;
 use gmq_node::preempt::{
     contention, decide, victim_order, AfterMax, CannotPreempt, Contention, Decision, GpuCooldown,

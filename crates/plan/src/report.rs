@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::job::{Finetune, Job, Optimizer};
 use super::search::{quota_gib, Plan};
-use gmq_node::json_number::rounded;
+use gmq_core::json_number::rounded;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use super::handle::Spank;
 use super::{log, options};
-use gmq_node::admission;
+use gmq_core::admission;
+use gmq_core::config;
+use gmq_core::plugin_args::parse_plugin_args;
+use gmq_core::quota::Identity;
+use gmq_core::size::ByteSize;
 use gmq_node::attribute::{same_process, signal, sweep_leftovers, LeftoverOutcome};
-use gmq_node::config;
 use gmq_node::launch::{self, spawn, Params};
-use gmq_node::plugin_args::parse_plugin_args;
 use gmq_node::preempt::registry;
-use gmq_node::quota::Identity;
 use gmq_node::runtime;
-use gmq_node::size::ByteSize;
 
 const PROC_ROOT: &str = "/proc";
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";

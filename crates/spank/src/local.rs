@@ -7,11 +7,11 @@
 
 use super::handle::Spank;
 use super::{log, options};
-use gmq_node::admission;
-use gmq_node::config;
-use gmq_node::plugin_args::{parse_plugin_args, PluginArgs};
-use gmq_node::quota::Identity;
-use gmq_node::request;
+use gmq_core::admission;
+use gmq_core::config;
+use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
+use gmq_core::quota::Identity;
+use gmq_core::request;
 
 pub(crate) fn check_plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
     parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::sync::Mutex;
 
 use super::{exports::guard, sys};
-use gmq_node::request;
+use gmq_core::request;
 
 pub(crate) struct SpankOption {
     pub(crate) name: &'static CStr,
@@ -53,7 +53,7 @@ pub(crate) const BATCH: SpankOption = SpankOption {
         memory the job is told a micro-batch and accumulation that keep the effective batch and fit its quota.",
     has_arg: true,
     val: 2,
-    validate: |value| gmq_node::batch::parse_batch_option(value).map(drop).map_err(|e| e.to_string()),
+    validate: |value| gmq_core::batch::parse_batch_option(value).map(drop).map_err(|e| e.to_string()),
 };
 
 pub(crate) const PREEMPTIBLE: SpankOption = SpankOption {
@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn table_uses_the_documented_names() {
         assert_eq!(QUOTA.name.to_str().unwrap(), request::QUOTA_OPTION);
-        assert_eq!(BATCH.name.to_str().unwrap(), gmq_node::batch::BATCH_OPTION);
+        assert_eq!(BATCH.name.to_str().unwrap(), gmq_core::batch::BATCH_OPTION);
         // Slurm truncates option names longer than SPANK_OPTION_MAXLEN.
         assert!(ALL.iter().all(|o| o.name.to_bytes().len() <= 75));
         let mut vals: Vec<c_int> = ALL.iter().map(|o| o.val).collect();

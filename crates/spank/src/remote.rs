@@ -19,9 +19,9 @@ use std::sync::Mutex;
 
 use super::handle::Spank;
 use super::{log, options};
-use gmq_node::config;
+use gmq_core::config;
+use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
 use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller, SlurmController};
-use gmq_node::plugin_args::{parse_plugin_args, PluginArgs};
 use gmq_node::runtime::{self, NodeFacts};
 use gmq_node::slurmctl::{JobRecord, SlurmTools};
 use gmq_node::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
@@ -168,7 +168,7 @@ impl StepSources for FromSlurm<'_> {
 fn restart_hints(
     spank: &Spank,
     sources: &FromSlurm,
-    quota: gmq_node::size::ByteSize,
+    quota: gmq_core::size::ByteSize,
     tuning: &step::Tuning,
 ) -> Vec<(&'static str, String)> {
     let batch = spank.getopt(&options::BATCH).ok().flatten();
@@ -211,7 +211,7 @@ fn record_at_job_end(job: u32, runtime_dir: &Path) {
     let Ok(text) = std::fs::read_to_string(&path) else {
         return;
     };
-    let Some(entry) = gmq_node::record::parse(&text)
+    let Some(entry) = gmq_core::record::parse(&text)
         .ok()
         .flatten()
         .and_then(|r| r.entries().first().cloned())

@@ -6,11 +6,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::args::{Opt, Parsed, Spec};
-use gmq_node::config::values::{after_max_name, format_duration, signal_name};
-use gmq_node::config::{self, Config, RuleKind};
+use gmq_core::config::values::{after_max_name, format_duration, signal_name};
+use gmq_core::config::{self, Config, RuleKind};
+use gmq_core::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
+use gmq_core::size::{parse_size, ByteSize};
 use gmq_node::preempt::{rank_of, JobPriority, RankKind};
-use gmq_node::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
-use gmq_node::size::{parse_size, ByteSize};
 
 const USAGE: &str = "\
 Usage: gpu-mem-quota check-config [PATH] [--print] [--slurm-conf PATH]

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::args::{Opt, Parsed, Spec};
-use gmq_node::size::parse_size;
+use gmq_core::size::parse_size;
 use gmq_plan::framework::{LossKernel, StepKernel};
 use gmq_plan::presets;
 use gmq_plan::report;

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::args::{Opt, Spec};
 use crate::report;
-use gmq_node::config::{self, Enforcement, LoadError};
+use gmq_core::config::{self, Enforcement, LoadError};
 
 const DEFAULT_CONFIG: &str = "/etc/slurm/gpu-mem-quota.toml";
 

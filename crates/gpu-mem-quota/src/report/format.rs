@@ -1,6 +1,6 @@
 //! How figures read in a report: sizes, percentages, aligned columns. Pure.
 
-use gmq_node::size::ByteSize;
+use gmq_core::size::ByteSize;
 
 const UNITS: [(u64, char); 4] = [(1 << 40, 'T'), (1 << 30, 'G'), (1 << 20, 'M'), (1 << 10, 'K')];
 

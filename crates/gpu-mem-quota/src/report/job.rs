@@ -7,8 +7,8 @@
 //! start order: each requeue gives the job a new accounting row.
 
 use super::sacct::SacctRow;
-use gmq_node::record::{self, Entry, GpuPeaks, Record, RecordError, Totals};
-use gmq_node::size::ByteSize;
+use gmq_core::record::{self, Entry, GpuPeaks, Record, RecordError, Totals};
+use gmq_core::size::ByteSize;
 
 /// One job and everything we know about its GPU memory.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use super::format::{human_size, percent, table};
 use super::job::{efficiency, GibHours, JobReport, RecordState, Run};
-use gmq_node::json_number::{rounded, rounded_opt};
-use gmq_node::record::{Entry, EventCounts, Facts, GpuPeaks, LastEvent, Totals};
+use gmq_core::json_number::{rounded, rounded_opt};
+use gmq_core::record::{Entry, EventCounts, Facts, GpuPeaks, LastEvent, Totals};
 
 const RUN_HEADER: [&str; 10] = [
     "RUN",

@@ -13,13 +13,13 @@ use std::path::{Path, PathBuf};
 use super::gpu::GpuSample;
 use super::shared_record::{count_action, record_first, Recorded};
 use super::{unix_now, Reporter};
+use gmq_core::config::Action;
+use gmq_core::record::{self, EventKind};
+use gmq_core::size::ByteSize;
 use gmq_node::attribute::{self, ProcessIdentity};
-use gmq_node::config::Action;
 use gmq_node::controller::{AdminComment, ControlError, Controller, SlurmController};
 use gmq_node::preempt::registry::{DeadClaim, Entry, GpuRef, Registry};
 use gmq_node::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
-use gmq_node::record::{self, EventKind};
-use gmq_node::size::ByteSize;
 
 /// What the watchdog knows of its job for the registry.
 pub(crate) struct JobFacts {

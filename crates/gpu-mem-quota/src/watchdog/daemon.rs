@@ -20,16 +20,16 @@ use super::log::Log;
 use super::presence::{Check, Presence, CHECK_EVERY};
 use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
-use gmq_node::admission;
+use gmq_core::admission;
+use gmq_core::config;
+use gmq_core::quota::Identity;
+use gmq_core::size::ByteSize;
 use gmq_node::attribute::{self, ProcessIdentity};
-use gmq_node::config;
 use gmq_node::controller::{ControlError, Controller, JobState, SlurmController};
 use gmq_node::launch::Params;
 use gmq_node::preempt::registry::GpuRef;
 use gmq_node::preempt::JobPriority;
-use gmq_node::quota::Identity;
 use gmq_node::runtime;
-use gmq_node::size::ByteSize;
 use gmq_node::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -748,7 +748,7 @@ fn join_registry(
             .ok()
             .and_then(|comment| comment.record())
             .map_or(0, |r| {
-                r.totals().events.get(gmq_node::record::EventKind::Preempted)
+                r.totals().events.get(gmq_core::record::EventKind::Preempted)
             }),
     };
     let gpu_refs = source

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 
 use super::gpu::DeviceHandle;
-use gmq_node::size::ByteSize;
+use gmq_core::size::ByteSize;
 
 /// The setter's name in libnvidia-ml.
 pub const SET_MEMORY_LIMITS: &str = "nvmlDeviceSetMemoryLimits_v1";

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use super::shared_record::{count_action, requeues_caused};
 use super::{unix_now, Reporter, Watchdog};
-use gmq_node::config::Action;
+use gmq_core::config::Action;
+use gmq_core::record::EventKind;
+use gmq_core::size::ByteSize;
 use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller};
-use gmq_node::record::EventKind;
-use gmq_node::size::ByteSize;
 use gmq_node::slurmctl::{JobEnd, JobState};
 
 /// How often the watchdog asks slurmctld how its job ended, after the run ended here, and how far
@@ -57,7 +57,7 @@ pub enum Verdict {
 /// Whether the run is worth asking slurmctld about at all: self-healing on, and near out of memory.
 pub fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
     policy.enabled
-        && gmq_node::hints::near_oom(
+        && gmq_core::hints::near_oom(
             ByteSize::from_bytes(run.peak),
             ByteSize::from_bytes(run.quota),
             ByteSize::from_bytes(run.gpu_total),

@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use gmq_node::config::{Action, Enforcement};
+use gmq_core::config::{Action, Enforcement};
 
 /// After a warning, usage must fall below this share of the warn level to count as recovered: a
 /// job hovering at the threshold stays warned instead of crossing it every sample.

@@ -25,12 +25,12 @@ pub mod status;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gmq_node::config::{Action, Enforcement, Prediction};
+use gmq_core::config::{Action, Enforcement, Prediction};
+use gmq_core::predict::{self, PredictParams, Sample};
+use gmq_core::record::{self, EventKind};
+use gmq_core::size::ByteSize;
 use gmq_node::controller::{AdminComment, ControlError, Controller, RECORD_ATTEMPTS};
 use gmq_node::metrics::{GpuMetrics, JobMetrics};
-use gmq_node::predict::{self, PredictParams, Sample};
-use gmq_node::record::{self, EventKind};
-use gmq_node::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
 use ladder::{JobFacts, Ladder, Step};
 use shared_record::{count_action, record_first, requeues_caused, Recorded};
@@ -211,7 +211,7 @@ impl Watchdog {
             .map(|t| t.peak_after(params.horizon).max(0.0) as u64)
             .unwrap_or(worst)
             .max(worst);
-        let scale = gmq_node::hints::batch_scale(
+        let scale = gmq_core::hints::batch_scale(
             ByteSize::from_bytes(projected.max(1)),
             ByteSize::from_bytes(quota),
             None,

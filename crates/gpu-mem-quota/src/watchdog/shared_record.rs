@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use super::{Reporter, Watchdog};
-use gmq_node::config::Action;
+use gmq_core::config::Action;
+use gmq_core::record::{self, EventKind};
 use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller};
-use gmq_node::record::{self, EventKind};
 
 /// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
 /// the job runs; and by how much (percent) its peak must have grown since the last time.

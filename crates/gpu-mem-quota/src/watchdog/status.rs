@@ -159,7 +159,7 @@ mod hundredths {
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
     pub(crate) fn serialize<S: Serializer>(n: &u32, s: S) -> Result<S::Ok, S::Error> {
-        gmq_node::json_number::rounded(&(f64::from(*n) / 100.0), s)
+        gmq_core::json_number::rounded(&(f64::from(*n) / 100.0), s)
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {

@@ -4,7 +4,7 @@
 
 use gmq_commands::watchdog::status::Status;
 use gmq_commands::watchdog::Reporter;
-use gmq_node::config::Action;
+use gmq_core::config::Action;
 use gmq_node::controller::{AdminComment, ControlError, Controller, JobState};
 use gmq_node::slurmctl;
 

@@ -10,9 +10,9 @@ mod slurm;
 
 use std::fmt;
 
-use crate::config::Action;
-use crate::record;
 use crate::slurmctl::{self, CtlError, Refusal};
+use gmq_core::config::Action;
+use gmq_core::record;
 
 pub use slurm::SlurmController;
 

@@ -1,8 +1,8 @@
 //! [`Controller`] through Slurm's own commands (`slurmctl`: absolute paths, argv, timeouts, retries).
 
 use super::{AdminComment, ControlError, Controller, JobState};
-use crate::config::Action;
 use crate::slurmctl::{CtlError, SlurmTools};
+use gmq_core::config::Action;
 
 /// The job's record and actions through squeue/scontrol/scancel.
 pub struct SlurmController {

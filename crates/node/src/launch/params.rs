@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::argv::{Opt, Parsed};
-use crate::size::ByteSize;
+use gmq_core::size::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {

@@ -18,8 +18,8 @@ pub(crate) mod rank;
 pub mod registry;
 pub mod victim;
 
-pub use crate::config::{AfterMax, PreemptSettings};
 pub use cooldown::GpuCooldown;
+pub use gmq_core::config::{AfterMax, PreemptSettings};
 pub use rank::{rank_of, JobPriority};
 pub use rank::{Rank, RankKind, Ranks};
 pub use victim::{

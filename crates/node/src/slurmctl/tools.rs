@@ -178,7 +178,7 @@ impl SlurmTools {
     /// it is: text that cannot be read is never written over.
     pub fn admin_comment(&self, job_id: u32) -> Result<String, CtlError> {
         let text = self.job_record(job_id)?.admin_comment;
-        let room = MAX_ADMIN_COMMENT_BYTES - crate::record::MAX_RECORD_BYTES - 1;
+        let room = MAX_ADMIN_COMMENT_BYTES - gmq_core::record::MAX_RECORD_BYTES - 1;
         let writable = if text.len() > room {
             Err(format!(
                 "it is {} bytes, more than the {room} that leave room for our record",

@@ -1,4 +1,4 @@
-//! The `[preemption]` table of the config: the policy that `crate::preempt` applies. The settings
+//! The `[preemption]` table of the config: the policy that gmq-node's `preempt` applies. The settings
 //! live here, with the rest of the policy, so that the config does not depend on the code that
 //! acts on it (`preempt` depends on `config`, never the reverse).
 
@@ -93,7 +93,7 @@ impl Default for PreemptSettings {
 
 impl PreemptSettings {
     /// The reserve in bytes on a GPU of `total` bytes.
-    pub(crate) fn reserve_bytes(&self, total: u64) -> u64 {
+    pub fn reserve_bytes(&self, total: u64) -> u64 {
         self.reserve
             .resolve(Some(ByteSize::from_bytes(total)))
             .map_or(0, ByteSize::bytes)

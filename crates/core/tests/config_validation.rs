@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gmq_node::config::{self, Action, Amount, Config, DefaultQuota, LoadError, OnConfigError, RuleKind};
-use gmq_node::size::parse_size;
+use gmq_core::config::{self, Action, Amount, Config, DefaultQuota, LoadError, OnConfigError, RuleKind};
+use gmq_core::size::parse_size;
 
 #[path = "common/config_errors.rs"]
 mod config_errors;

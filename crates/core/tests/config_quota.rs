@@ -1,8 +1,8 @@
 //! Quota resolution: precedence, percents, unknown identity on the submit host, refusals.
 
-use gmq_node::config::{self, Config, RuleKind};
-use gmq_node::quota::{resolve, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
-use gmq_node::size::{parse_size, ByteSize};
+use gmq_core::config::{self, Config, RuleKind};
+use gmq_core::quota::{resolve, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
+use gmq_core::size::{parse_size, ByteSize};
 
 fn policy(text: &str) -> Config {
     config::parse(text, "t.toml").unwrap_or_else(|e| panic!("{e}"))

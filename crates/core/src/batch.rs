@@ -39,7 +39,7 @@ impl fmt::Display for BatchGeometry {
 
 /// Which of the two numbers a [`BatchError`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BatchPart {
+pub enum BatchPart {
     Micro,
     Accum,
 }
@@ -55,7 +55,7 @@ impl fmt::Display for BatchPart {
 
 /// Why a batch geometry was refused. The message completes "invalid --gpu-mem-batch 'VALUE': ...".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BatchError {
+pub enum BatchError {
     Empty,
     /// A part that is missing or not a plain whole number (`x8`, `8x`, `8*8`, `-1`, `8x8x8`).
     NotANumber(BatchPart),
@@ -85,7 +85,7 @@ impl std::error::Error for BatchError {}
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOptionError {
     pub value: String,
-    pub(crate) reason: BatchError,
+    pub reason: BatchError,
 }
 
 impl fmt::Display for BatchOptionError {

@@ -1,10 +1,10 @@
 //! The AdminComment record: round trip, merge with other tools' text, size bound, bad input.
 
-use gmq_node::record::{
+use gmq_core::record::{
     is_recorded, merge, parse, render, Entry, EventKind, Folded, GpuPeaks, Record, RecordError,
     MAX_NODE_NAME_BYTES, MAX_RECORD_BYTES,
 };
-use gmq_node::size::parse_size;
+use gmq_core::size::parse_size;
 
 const GIB: u64 = 1 << 30;
 

@@ -4,14 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use gmq_node::config::{self, render, Config, Frameworks, HintSettings, Metrics, Prediction};
-use gmq_node::size::parse_size;
+use gmq_core::config::{self, render, Config, Frameworks, HintSettings, Metrics, Prediction};
+use gmq_core::size::parse_size;
 
 #[path = "common/config_errors.rs"]
 mod config_errors;
 use config_errors::{assert_one_error_each, errors_in, parse};
 
-fn size(text: &str) -> gmq_node::size::ByteSize {
+fn size(text: &str) -> gmq_core::size::ByteSize {
     parse_size(text).unwrap()
 }
 

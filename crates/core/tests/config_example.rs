@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use gmq_node::config::{self, render, Action, OnConfigError};
-use gmq_node::quota::{resolve, Identity};
-use gmq_node::size::parse_size;
+use gmq_core::config::{self, render, Action, OnConfigError};
+use gmq_core::quota::{resolve, Identity};
+use gmq_core::size::parse_size;
 
 const EXAMPLE: &str = "../../etc/gpu-mem-quota.toml";
 

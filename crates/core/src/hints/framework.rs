@@ -30,7 +30,7 @@ const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 
 /// Every variable [`framework_vars`] may read from the user's environment: the caller looks these up
 /// (and only these) to fill [`CapInputs::user_env`].
-pub(crate) const FRAMEWORK_VARS: [&str; 6] = [
+pub const FRAMEWORK_VARS: [&str; 6] = [
     PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
     XLA_CLIENT_MEM_FRACTION,

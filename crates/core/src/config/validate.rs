@@ -21,8 +21,8 @@ use super::{
     limits, Config, Enforcement, Frameworks, HintSettings, Metrics, Prediction, PreemptSettings, RankKind,
     Ranks, Rule, RuleKind, Scheduling,
 };
+use crate::dir_rule::{self, Inode};
 use crate::size::{parse_size, ByteSize};
-use crate::trusted_dir::{self, Inode};
 
 pub(super) fn validate(raw: RawConfig, text: &str) -> Result<Config, Vec<ConfigError>> {
     let mut check = Checker {
@@ -663,7 +663,7 @@ pub(super) fn directories_here(raw: &RawConfig, text: &str) -> Vec<ConfigError> 
 const ROOT: u32 = 0;
 
 /// Why `dir` cannot hold root's files on this machine, if it cannot: when it exists, it must pass
-/// crate::trusted_dir's rule for [`ROOT`], the one the watchdog applies; with `with_parents`, each
+/// crate::dir_rule's rule for [`ROOT`], the one the watchdog applies; with `with_parents`, each
 /// existing directory above it must pass it too (else someone could make it first, or move it
 /// away).
 fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
@@ -675,7 +675,7 @@ fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
             ))
         }
         Ok(meta) => {
-            if let Some(why) = trusted_dir::refusal(Inode::from(&meta), ROOT) {
+            if let Some(why) = dir_rule::refusal(Inode::from(&meta), ROOT) {
                 return Some(format!("{} {why} on this machine", dir.display()));
             }
         }
@@ -687,7 +687,7 @@ fn directory_problem(dir: &Path, with_parents: bool) -> Option<String> {
     // The directories above, as the path resolves them (a symlinked /var/run is /run).
     dir.ancestors().skip(1).find_map(|parent| {
         let meta = std::fs::metadata(parent).ok()?;
-        trusted_dir::refusal(Inode::from(&meta), ROOT).map(|why| {
+        dir_rule::refusal(Inode::from(&meta), ROOT).map(|why| {
             format!(
                 "{} is under {}, which {why} on this machine",
                 dir.display(),

@@ -1,7 +1,7 @@
 //! Reading a policy in the tests and checking the errors it gives: shared by the config_* tests.
 #![allow(dead_code)] // each user takes what it needs
 
-use gmq_node::config::{self, Config};
+use gmq_core::config::{self, Config};
 
 /// The policy `text` as file `t.toml`; its errors one per line.
 pub(crate) fn parse(text: &str) -> Result<Config, Vec<String>> {

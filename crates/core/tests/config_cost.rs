@@ -1,14 +1,14 @@
 //! What reading the policy costs the plugin on every job step. Not a pass/fail test (speed targets
 //! never go in unit tests); run it to get the figure:
 //!
-//!     cargo test --release -p gmq-node --test config_cost -- --ignored --nocapture
+//!     cargo test --release -p gmq-core --test config_cost -- --ignored --nocapture
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use gmq_node::config;
-use gmq_node::quota::{resolve, Identity};
-use gmq_node::size::parse_size;
+use gmq_core::config;
+use gmq_core::quota::{resolve, Identity};
+use gmq_core::size::parse_size;
 
 const EXAMPLE: &str = "../../etc/gpu-mem-quota.toml";
 const ROUNDS: u32 = 20_000;

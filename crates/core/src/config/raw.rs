@@ -101,7 +101,7 @@ pub(crate) struct RawFrameworks {
 )]
 pub(crate) struct RawHints {
     pub(crate) near_margin: Leaf,
-    pub(crate) safety_margin: Leaf,
+    pub safety_margin: Leaf,
     pub(crate) fixed_memory: Leaf,
 }
 

@@ -5,7 +5,7 @@
 //! calls these functions and writes the pairs into the job's environment. docs/HINTS.md is the
 //! user-facing reference for every variable.
 
-pub(crate) mod framework;
+pub mod framework;
 pub(crate) mod previous;
 pub(crate) mod restart;
 

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use gmq_node::predict::{warning, PredictParams, Sample};
-use gmq_node::size::ByteSize;
+use gmq_core::predict::{warning, PredictParams, Sample};
+use gmq_core::size::ByteSize;
 
 const G: f64 = (1u64 << 30) as f64;
 const M: f64 = (1u64 << 20) as f64;

@@ -120,33 +120,33 @@ pub fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margi
 /// Everything [`restart_hints`] needs, as plain data.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HintInputs {
-    pub(crate) restarts: u32,
+    pub restarts: u32,
     pub last_event: LastEvent,
     /// The previous run's peak on its busiest GPU.
-    pub(crate) last_peak: ByteSize,
-    pub(crate) quota: ByteSize,
+    pub last_peak: ByteSize,
+    pub quota: ByteSize,
     /// The GPU's real size (NVML's total): a quota larger than the GPU cannot be used.
-    pub(crate) gpu_total: ByteSize,
+    pub gpu_total: ByteSize,
     /// Memory that does not scale with the batch (weights, optimizer state, CUDA context), from the
     /// job's history or the admin config. `None` assumes everything scales, which under-shrinks when
     /// the fixed part is large: the estimate matters.
-    pub(crate) fixed_estimate: Option<ByteSize>,
+    pub fixed_estimate: Option<ByteSize>,
     /// Head-room below the limit to aim for, as a fraction (0.05 = aim for 95 % of the quota).
-    pub(crate) safety_margin: f64,
+    pub safety_margin: f64,
     /// The job's `--gpu-mem-batch`, if it gave one.
-    pub(crate) batch: Option<BatchGeometry>,
+    pub batch: Option<BatchGeometry>,
 }
 
 /// A micro-batch and accumulation that keep the effective batch exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct BatchAdvice {
-    pub(crate) micro: u32,
+pub struct BatchAdvice {
+    pub micro: u32,
     /// `u64`: a micro-batch of 1 with 65536x65536 needs 2^32 accumulation steps.
-    pub(crate) accum: u64,
+    pub accum: u64,
     /// Not even a micro-batch of 1 is predicted to fit: trade compute for memory.
     pub(crate) activation_checkpointing: bool,
     /// One sentence for the job's log saying what was chosen and why.
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 #[cfg(test)]
@@ -159,13 +159,13 @@ impl BatchAdvice {
 /// The hints for one restart; [`hint_vars`] renders them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestartHints {
-    pub(crate) restarts: u32,
+    pub restarts: u32,
     pub last_event: LastEvent,
-    pub(crate) last_peak: ByteSize,
+    pub last_peak: ByteSize,
     /// The factor per-step memory should shrink by; 1.00 when the last peak already fits.
-    pub(crate) batch_scale: Hundredths,
+    pub batch_scale: Hundredths,
     /// Present when the job gave `--gpu-mem-batch`.
-    pub(crate) batch: Option<BatchAdvice>,
+    pub batch: Option<BatchAdvice>,
 }
 
 /// Computes every restart hint. See the module documentation for the model.

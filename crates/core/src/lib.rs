@@ -1,0 +1,27 @@
+//! gmq-core: the values, the policy and the decisions over them, with no system calls of its own
+//! beyond reading the files it is named: what the plugin (crates/spank), the node's edges
+//! (crates/node) and the binary (crates/gpu-mem-quota) decide with, each decision a plain function
+//! tested beside it.
+//!
+//! Layers point down only. From the bottom:
+//!
+//! 1. **Values**: `size`, `request`, `batch`, `record` (the AdminComment format), `json_number`,
+//!    `job_env`, `dir_rule` (the one rule for a directory root is handed).
+//! 2. **Policy and decisions**: `config` (with the `[preemption]` settings), `plugin_args`,
+//!    `hints`, `quota`, `admission`, `predict`.
+
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod batch;
+pub mod config;
+pub mod dir_rule;
+pub mod hints;
+pub mod job_env;
+pub mod json_number;
+pub mod plugin_args;
+pub mod predict;
+pub mod quota;
+pub mod record;
+pub mod request;
+pub mod size;
