@@ -4,7 +4,7 @@
 //! Never panics, for the job id the text names first and for a fixed one.
 #![no_main]
 
-use gmq_node::slurmctl::{parse_squeue, parse_squeue_record};
+use gmq_core::slurm_text::{parse_squeue, parse_squeue_record};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|output: &str| {

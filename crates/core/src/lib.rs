@@ -8,7 +8,7 @@
 //! 1. **Values**: `size`, `request`, `batch`, `record` (the AdminComment format), `json_number`,
 //!    `job_env`, `dir_rule` (the one rule for a directory root is handed).
 //! 2. **Policy and decisions**: `config` (with the `[preemption]` settings), `plugin_args`,
-//!    `hints`, `quota`, `admission`, `predict`.
+//!    `hints`, `quota`, `admission`, `predict`; `slurm_text` (what Slurm's commands print, read).
 
 #![forbid(unsafe_code)]
 
@@ -25,3 +25,4 @@ pub mod quota;
 pub mod record;
 pub mod request;
 pub mod size;
+pub mod slurm_text;

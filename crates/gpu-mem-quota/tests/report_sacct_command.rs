@@ -7,7 +7,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use gmq_commands::report::{explain_failure, job_reports, parse_rows, Query};
-use gmq_node::slurmctl::{Backoff, CtlError, SlurmTools};
+use gmq_core::slurm_text::CtlError;
+use gmq_node::slurmctl::{Backoff, SlurmTools};
 
 /// A directory with a fake `sacct` that logs its argv (NUL separated) and environment, then runs
 /// `body`; installed by another process so that exec never meets ETXTBSY.

@@ -9,7 +9,7 @@ use gmq_commands::watchdog::{Attributor, Watchdog};
 use gmq_core::config::Enforcement;
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
-use gmq_node::slurmctl::{JobEnd, JobState};
+use gmq_core::slurm_text::{JobEnd, JobState};
 
 #[path = "common/watchdog_fakes.rs"]
 mod watchdog_fakes;

@@ -15,13 +15,13 @@ use std::path::{Path, PathBuf};
 
 use crate::launch;
 use crate::runtime::{self, NodeFacts};
-use crate::slurmctl::JobRecord;
 use gmq_core::admission::{self, NodeVerdict, Policy};
 use gmq_core::config;
 use gmq_core::hints;
 use gmq_core::job_env;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
+use gmq_core::slurm_text::JobRecord;
 
 /// Slurm's step id for the batch step (slurm.h: `SLURM_BATCH_SCRIPT`).
 pub const BATCH_STEP: u32 = 0xffff_fffb;
@@ -345,8 +345,8 @@ fn framework_caps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slurmctl::{JobEnd, JobState};
     use gmq_core::config::{parse, LoadError, OnConfigError, Unusable};
+    use gmq_core::slurm_text::{JobEnd, JobState};
     use std::cell::Cell;
 
     const GIB: u64 = 1 << 30;

@@ -7,7 +7,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use gmq_node::slurmctl::{Backoff, CtlError, Refusal, SlurmTools, SAFE_PATH};
+use gmq_core::slurm_text::{CtlError, Refusal};
+use gmq_node::slurmctl::{Backoff, SlurmTools, SAFE_PATH};
 
 /// squeue's line for job 42 (`SQUEUE_FORMAT`).
 const SQUEUE_42: &str = "42|alice|2001|100|physics|normal|RUNNING|1|1|1|2026-11-30T05:48:03|gpu|vm|1|";

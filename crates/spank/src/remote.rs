@@ -21,9 +21,10 @@ use super::handle::Spank;
 use super::{log, options};
 use gmq_core::config;
 use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
+use gmq_core::slurm_text::JobRecord;
 use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller, SlurmController};
 use gmq_node::runtime::{self, NodeFacts};
-use gmq_node::slurmctl::{JobRecord, SlurmTools};
+use gmq_node::slurmctl::SlurmTools;
 use gmq_node::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
 
 /// What `user_init` decided for this step; every task child inherits it (they are forks).

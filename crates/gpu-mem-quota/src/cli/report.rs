@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use super::args::{Opt, Parsed, Spec};
 use crate::report::{self, Query};
-use gmq_node::slurmctl::{CtlError, SlurmTools};
+use gmq_core::slurm_text::CtlError;
+use gmq_node::slurmctl::SlurmTools;
 
 const USAGE: &str = "\
 Usage: gpu-mem-quota report -j JOBID [--json]

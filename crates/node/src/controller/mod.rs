@@ -10,9 +10,10 @@ mod slurm;
 
 use std::fmt;
 
-use crate::slurmctl::{self, CtlError, Refusal};
 use gmq_core::config::Action;
 use gmq_core::record;
+use gmq_core::slurm_text;
+use gmq_core::slurm_text::{CtlError, Refusal};
 
 pub use slurm::SlurmController;
 
@@ -24,7 +25,7 @@ pub trait Controller {
     fn set_admin_comment(&mut self, text: &str) -> Result<(), ControlError>;
     fn perform(&mut self, action: Action) -> Result<(), ControlError>;
     /// The job's state and how it ended (slurmctld's JSON record); `Ok(None)`: no state printed.
-    fn ending(&mut self) -> Result<Option<slurmctl::JobEnd>, ControlError>;
+    fn ending(&mut self) -> Result<Option<slurm_text::JobEnd>, ControlError>;
     /// Requeues the job after it ended (self-healing: `watchdog::heal`).
     fn requeue_ended(&mut self) -> Result<(), ControlError>;
 }
@@ -93,7 +94,7 @@ impl From<CtlError> for ControlError {
 /// The job as slurmctld knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobState {
-    pub state: slurmctl::JobState,
+    pub state: slurm_text::JobState,
     pub restarts: u32,
     pub requeueable: bool,
     pub qos: String,
@@ -107,9 +108,9 @@ pub struct JobState {
 impl JobState {
     /// The state part of the job's record. A record without a state (slurmctld printed none) is
     /// no answer.
-    pub fn of_record(record: &slurmctl::JobRecord) -> Result<JobState, ControlError> {
+    pub fn of_record(record: &slurm_text::JobRecord) -> Result<JobState, ControlError> {
         let end = record.end.as_ref().ok_or_else(|| {
-            ControlError::from(slurmctl::CtlError::Garbage {
+            ControlError::from(slurm_text::CtlError::Garbage {
                 command: "squeue".to_string(),
                 message: format!("job {}: no state in its record", record.job_id),
             })
@@ -130,7 +131,9 @@ impl JobState {
     pub fn is_running(&self) -> bool {
         matches!(
             self.state,
-            slurmctl::JobState::Running | slurmctl::JobState::Suspended | slurmctl::JobState::Configuring
+            slurm_text::JobState::Running
+                | slurm_text::JobState::Suspended
+                | slurm_text::JobState::Configuring
         )
     }
 }

@@ -1,8 +1,9 @@
 //! [`Controller`] through Slurm's own commands (`slurmctl`: absolute paths, argv, timeouts, retries).
 
 use super::{AdminComment, ControlError, Controller, JobState};
-use crate::slurmctl::{CtlError, SlurmTools};
+use crate::slurmctl::SlurmTools;
 use gmq_core::config::Action;
+use gmq_core::slurm_text::CtlError;
 
 /// The job's record and actions through squeue/scontrol/scancel.
 pub struct SlurmController {
@@ -49,7 +50,7 @@ impl Controller for SlurmController {
         Ok(done?)
     }
 
-    fn ending(&mut self) -> Result<Option<crate::slurmctl::JobEnd>, ControlError> {
+    fn ending(&mut self) -> Result<Option<gmq_core::slurm_text::JobEnd>, ControlError> {
         Ok(self.tools.job_record(self.job_id)?.end)
     }
 

@@ -4,9 +4,9 @@
 //! Commands run by absolute path with an argv, never through a shell, with a cleared environment
 //! (PATH fixed, `SLURM_CONF` passed when given), stdin from /dev/null, in their own process group,
 //! under a deadline, output bounded ([`run`]). Failures are sorted by Slurm's own words into
-//! retry-worthy (controller unreachable) and final refusals ([`classify()`]). A job's fields are read
-//! from one job's `squeue` columns, none of them text the user wrote ([`parse_squeue`]), or from its
-//! JSON record where squeue prints one job alone; never from `scontrol show job`'s text, where a
+//! retry-worthy (controller unreachable) and final refusals (gmq-core's `slurm_text::classify`). A
+//! job's fields are read from one job's `squeue` columns, none of them text the user wrote
+//! (`slurm_text::parse_squeue`), or from its JSON record where squeue prints one job alone; never from `scontrol show job`'s text, where a
 //! job name or comment can imitate a field. Never the whole cluster for one job. No threads.
 //!
 //! ```no_run
@@ -16,23 +16,12 @@
 //! if job.is_requeueable() {
 //!     slurm.requeue(4242)?;
 //! }
-//! # Ok::<(), gmq_node::slurmctl::CtlError>(())
+//! # Ok::<(), gmq_core::slurm_text::CtlError>(())
 //! ```
 
-mod classify;
-mod error;
-pub(crate) mod hostlist;
-mod job_info;
-mod job_json;
 mod run;
 mod tools;
 
-pub use classify::{classify, Verdict};
-pub use error::{CtlError, Refusal};
-pub(crate) use job_info::JobInfo;
-pub use job_info::{parse_squeue, parse_squeue_record, JobState, RECORD_FORMAT, SQUEUE_FORMAT};
-pub use job_json::JobEnd;
-pub use job_json::JobRecord;
 pub use run::SAFE_PATH;
 pub use tools::{Backoff, SlurmTools, JSON_JOB_READS_FROM};
 

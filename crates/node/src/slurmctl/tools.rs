@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::classify::{classify, Verdict};
-use super::error::CtlError;
-use super::job_info::{parse_squeue, parse_squeue_record, JobInfo, RECORD_FORMAT, SQUEUE_FORMAT};
-use super::job_json::{parse_job_info_json, parse_squeue_json, JobRecord};
+use gmq_core::slurm_text::{
+    classify, parse_job_info_json, parse_squeue, parse_squeue_json, parse_squeue_record, CtlError, JobInfo,
+    JobRecord, Verdict, RECORD_FORMAT, SQUEUE_FORMAT,
+};
+
 use super::run::{describe, run, Finished, RunError, MAX_JSON_OUTPUT_BYTES, MAX_OUTPUT_BYTES};
 
 /// Where [`SlurmTools::find`] looks for scontrol, in order: distribution packages, then the two

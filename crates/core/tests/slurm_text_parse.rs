@@ -1,6 +1,6 @@
 //! Reading jobs from `squeue --Format` lines (Slurm 22.05 formats), and sorting failure texts.
 
-use gmq_node::slurmctl::{classify, parse_squeue, JobState, Refusal, Verdict};
+use gmq_core::slurm_text::{classify, parse_squeue, JobState, Refusal, Verdict};
 
 /// Verbatim from the dev cluster (22.05.8, `squeue --noheader --states=all --jobs=N
 /// --Format=SQUEUE_FORMAT`): a finished batch job and a held one. Then the tasks of an array, as
