@@ -49,15 +49,18 @@ impl Reporter for Silent {
 }
 
 /// A scenario directory with `gpus` GPUs and `procs` sleeping processes claiming memory on each;
-/// the processes are killed and the directory removed on drop.
+/// the processes are killed and then the directory removed on drop.
 struct Scenario {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
     children: Vec<Child>,
 }
 
 impl Scenario {
     fn new(gpus: u32, procs: u32) -> Result<Scenario, String> {
-        let dir = std::env::temp_dir().join(format!("gmq-bench-{}-{gpus}x{procs}", std::process::id()));
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("gmq-bench-{gpus}x{procs}-"))
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
         let mut scenario = Scenario {
             dir,
             children: Vec::new(),
@@ -72,10 +75,10 @@ impl Scenario {
             .collect();
         let io = |what: &str, path: &Path, e: std::io::Error| format!("{what} {}: {e}", path.display());
         for gpu in 0..gpus {
-            let procs_dir = scenario.dir.join(format!("procs/{gpu}"));
+            let procs_dir = scenario.dir.path().join(format!("procs/{gpu}"));
             fs::create_dir_all(&procs_dir).map_err(|e| io("cannot create", &procs_dir, e))?;
         }
-        let devices_file = scenario.dir.join("devices.toml");
+        let devices_file = scenario.dir.path().join("devices.toml");
         fs::write(&devices_file, devices).map_err(|e| io("cannot write", &devices_file, e))?;
         for gpu in 0..gpus {
             for n in 0..procs {
@@ -84,7 +87,7 @@ impl Scenario {
                     .stdin(Stdio::null())
                     .spawn()
                     .map_err(|e| format!("cannot start sleep: {e}"))?;
-                let claim = scenario.dir.join(format!("procs/{gpu}/{}", child.id()));
+                let claim = scenario.dir.path().join(format!("procs/{gpu}/{}", child.id()));
                 scenario.children.push(child);
                 fs::write(&claim, format!("{}M\n", 100 + n)).map_err(|e| io("cannot write", &claim, e))?;
             }
@@ -99,7 +102,7 @@ impl Drop for Scenario {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = fs::remove_dir_all(&self.dir);
+        // Then `dir` goes, removed by its own drop.
     }
 }
 
@@ -177,7 +180,7 @@ enum Job {
 
 fn measure(library: &Path, gpus: u32, procs: u32, job: Job, samples: usize) -> Result<Figures, String> {
     let scenario = Scenario::new(gpus, procs)?;
-    std::env::set_var("FAKE_NVML_DIR", &scenario.dir);
+    std::env::set_var("FAKE_NVML_DIR", scenario.dir.path());
     let listed: Vec<String> = match job {
         Job::EveryGpu => (0..gpus).map(|i| i.to_string()).collect(),
         Job::OneGpuSamplingAll | Job::OneGpuSamplingItsOwn => vec!["0".to_string()],

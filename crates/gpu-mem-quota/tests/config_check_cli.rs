@@ -139,9 +139,8 @@ fn explain_shows_the_values_and_why() {
 
 #[test]
 fn explain_warns_when_the_pytorch_memory_fraction_is_on() {
-    let dir = std::env::temp_dir().join(format!("gmq-explain-fraction-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("policy.toml");
+    let dir = scratch_dir("gmq-explain-fraction-");
+    let path = dir.path().join("policy.toml");
     std::fs::write(&path, "[frameworks]\npytorch_memory_fraction = true\n").unwrap();
     let out = check_config(&[
         path.to_str().unwrap(),
@@ -151,7 +150,6 @@ fn explain_warns_when_the_pytorch_memory_fraction_is_on() {
         "--gpu-size",
         "80G",
     ]);
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(out.status.code(), Some(0));
     let report = text(&out.stdout);
     assert!(
@@ -209,21 +207,16 @@ fn explain_a_refusal_and_what_the_submit_host_cannot_check() {
     );
 }
 
-/// A scratch policy file under the system temporary directory, removed when dropped.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory (for a policy file) under the system temporary directory, removed when
+/// dropped (even when the test fails).
+fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
 }
 
 #[test]
 fn shared_directories_are_refused_for_root_s_files() {
-    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-check-shared-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&scratch.0);
-    std::fs::create_dir(&scratch.0).unwrap();
-    let policy = scratch.0.join("policy.toml");
+    let scratch = scratch_dir("gmq-check-shared-");
+    let policy = scratch.path().join("policy.toml");
     let policy_name = policy.display().to_string();
     for (dir, key) in [
         ("/tmp", "runtime_dir"),
@@ -251,13 +244,11 @@ fn shared_directories_are_refused_for_root_s_files() {
 #[test]
 fn a_directory_others_can_write_on_this_machine_is_refused() {
     use std::os::unix::fs::PermissionsExt;
-    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-check-here-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&scratch.0);
-    std::fs::create_dir(&scratch.0).unwrap();
-    let sticky = scratch.0.join("sharedtmp");
+    let scratch = scratch_dir("gmq-check-here-");
+    let sticky = scratch.path().join("sharedtmp");
     std::fs::create_dir(&sticky).unwrap();
     std::fs::set_permissions(&sticky, std::fs::Permissions::from_mode(0o1777)).unwrap();
-    let policy = scratch.0.join("policy.toml");
+    let policy = scratch.path().join("policy.toml");
     let policy_name = policy.display().to_string();
     std::fs::write(
         &policy,
@@ -302,12 +293,10 @@ fn a_directory_others_can_write_on_this_machine_is_refused() {
 /// refuses what is not a directory above it too.
 #[test]
 fn a_directory_under_a_regular_file_is_refused() {
-    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-check-file-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&scratch.0);
-    std::fs::create_dir(&scratch.0).unwrap();
-    let file = scratch.0.join("file");
+    let scratch = scratch_dir("gmq-check-file-");
+    let file = scratch.path().join("file");
     std::fs::write(&file, "").unwrap();
-    let policy = scratch.0.join("policy.toml");
+    let policy = scratch.path().join("policy.toml");
     let policy_name = policy.display().to_string();
     let state_dir = file.join("state");
     std::fs::write(
@@ -334,8 +323,8 @@ fn a_directory_under_a_regular_file_is_refused() {
 #[test]
 fn the_slurm_layout_is_checked_against_the_shard_unit() {
     let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/../../etc/gpu-mem-quota.toml");
-    let dir = std::env::temp_dir().join(format!("gmq-slurm-layout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = scratch_dir("gmq-slurm-layout-");
+    let dir = scratch.path();
     let slurm_conf = dir.join("slurm.conf");
     std::fs::write(
         &slurm_conf,
@@ -410,5 +399,4 @@ fn the_slurm_layout_is_checked_against_the_shard_unit() {
         "{}",
         text(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -306,9 +306,10 @@ fn round_trip() {
 }
 
 fn check_config(policy: &str, args: &[&str]) -> String {
-    let dir = std::env::temp_dir().join(format!("gmq-preempt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{}.toml", args.join("_").replace(['-', ' ', '/'], "")));
+    let dir = tempfile::Builder::new().prefix("gmq-preempt-").tempdir().unwrap();
+    let path = dir
+        .path()
+        .join(format!("{}.toml", args.join("_").replace(['-', ' ', '/'], "")));
     std::fs::write(&path, policy).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-mem-quota"))
         .arg("check-config")
@@ -316,7 +317,7 @@ fn check_config(policy: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .unwrap();
-    let _ = std::fs::remove_file(&path);
+    drop(dir);
     assert_eq!(
         out.status.code(),
         Some(0),

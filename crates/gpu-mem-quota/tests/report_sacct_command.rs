@@ -2,7 +2,6 @@
 //! and the failure a cluster without accounting gives.
 
 use std::fs;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -11,11 +10,15 @@ use gmq_core::slurm_text::CtlError;
 use gmq_node::slurmctl::{Backoff, SlurmTools};
 
 /// A directory with a fake `sacct` that logs its argv (NUL separated) and environment, then runs
-/// `body`; installed by another process so that exec never meets ETXTBSY.
-fn fake_sacct(test: &str, body: &str) -> (PathBuf, SlurmTools) {
-    let dir = std::env::temp_dir().join(format!("gmq-sacct-{test}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
+/// `body`; installed by another process so that exec never meets ETXTBSY. The directory is removed
+/// when the returned guard is dropped (even when the test fails).
+fn fake_sacct(test: &str, body: &str) -> (tempfile::TempDir, SlurmTools) {
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("gmq-sacct-{test}-"))
+        .tempdir()
+        .unwrap();
+    // Named in single quotes in the script: tempfile's random suffix is letters and digits.
+    let dir = scratch.path();
     let script = format!(
         "#!/bin/sh\nprintf '%s\\0' \"$@\" > '{0}/argv'\nenv > '{0}/env'\n{body}\n",
         dir.display()
@@ -29,18 +32,19 @@ fn fake_sacct(test: &str, body: &str) -> (PathBuf, SlurmTools) {
         .status()
         .unwrap();
     assert!(installed.success());
-    let mut tools = SlurmTools::in_dir(&dir).with_slurm_conf("/lab/slurm.conf");
+    let mut tools = SlurmTools::in_dir(dir).with_slurm_conf("/lab/slurm.conf");
     tools.timeout = Duration::from_secs(5);
     tools.backoff = Backoff {
         pauses: vec![Duration::from_millis(1)],
     };
-    (dir, tools)
+    (scratch, tools)
 }
 
 #[test]
 fn runs_sacct_beside_scontrol_with_our_argv() {
     let row = "4242|4242|bob|chem|COMPLETED|2024-06-11T08:00:00|2024-06-11T09:00:00|gpu02|gpu-mem-quota:v1{gpu02/0:q=40G,g0=30G,t=1}";
-    let (dir, tools) = fake_sacct("ok", &format!("echo '{row}'"));
+    let (scratch, tools) = fake_sacct("ok", &format!("echo '{row}'"));
+    let dir = scratch.path();
     assert_eq!(tools.sacct_path(), dir.join("sacct"));
     let query = Query::Job("4242".into());
     let out = tools.sacct(&query.sacct_args()).unwrap();
@@ -51,12 +55,11 @@ fn runs_sacct_beside_scontrol_with_our_argv() {
     assert!(env.contains("SLURM_CONF=/lab/slurm.conf\n"), "{env}");
     let jobs = job_reports(&parse_rows(&out).unwrap());
     assert_eq!(jobs[0].totals().unwrap().peak, 30 << 30);
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn accounting_switched_off_is_a_refusal_we_can_explain() {
-    let (dir, tools) = fake_sacct(
+    let (_dir, tools) = fake_sacct(
         "disabled",
         "echo 'sacct: error: Slurm accounting storage is disabled' >&2\nexit 1",
     );
@@ -65,5 +68,4 @@ fn accounting_switched_off_is_a_refusal_we_can_explain() {
         panic!("{error:?}");
     };
     assert!(explain_failure(message).unwrap().contains("not configured"));
-    fs::remove_dir_all(&dir).unwrap();
 }

@@ -4,8 +4,8 @@
 //! every user's primary group is `users`. Needs root and the user `gmq-user`; skipped otherwise.
 
 use std::fs;
-use std::os::unix::fs::{symlink, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use gmq_node::runtime;
@@ -23,14 +23,6 @@ fn cannot_run() -> Option<String> {
     match Command::new("id").args(["-u", USER]).output() {
         Ok(out) if String::from_utf8_lossy(&out.stdout).trim() == USER_UID.to_string() => None,
         _ => Some(format!("no user {USER} with uid {USER_UID}")),
-    }
-}
-
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 
@@ -75,10 +67,10 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
         eprintln!("skipped: {reason}");
         return;
     }
-    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-perms-{}", std::process::id())));
-    let _ = fs::remove_dir_all(&scratch.0);
-    fs::create_dir(&scratch.0).unwrap();
-    let runtime_dir = scratch.0.join("run");
+    let scratch = tempfile::Builder::new().prefix("gmq-perms-").tempdir().unwrap();
+    // gmq-user must get through it to its own status file and to the policy (tempfile makes it 0700).
+    fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime_dir = scratch.path().join("run");
     watched_jobs(&runtime_dir);
 
     // The modes and owners, as root sees them.
@@ -149,17 +141,17 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
     // `gpu-mem-quota status` as gmq-user, from a process of job 101 (a child of a root process
     // titled like slurmstepd, which is how the watchdog attributes processes without cgroups):
     // job 101 and only job 101.
-    let config = scratch.0.join("policy.toml");
+    let config = scratch.path().join("policy.toml");
     fs::write(
         &config,
         format!(
             "[enforcement]\nruntime_dir = \"{}\"\nstate_dir = \"{}\"\n",
             runtime_dir.display(),
-            scratch.0.join("state").display()
+            scratch.path().join("state").display()
         ),
     )
     .unwrap();
-    let stepd = scratch.0.join("slurmstepd");
+    let stepd = scratch.path().join("slurmstepd");
     symlink("/bin/sh", &stepd).unwrap();
     let script = format!(
         "runuser -u {USER} -- {} status --json --config {}\nexit $?\n",
@@ -170,7 +162,7 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
         .args(["-c", "exec -a 'slurmstepd: [101.0]' \"$0\" < \"$1\""])
         .arg(&stepd)
         .arg({
-            let file = scratch.0.join("script");
+            let file = scratch.path().join("script");
             fs::write(&file, script).unwrap();
             file
         })

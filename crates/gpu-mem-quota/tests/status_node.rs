@@ -12,11 +12,12 @@ use serde_json::Value;
 
 const GIB: u64 = 1 << 30;
 
-fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gmq-status-{test}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory for a test, removed when dropped (even when the test fails).
+fn scratch_dir(test: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gmq-status-{test}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn job_dir(runtime: &Path, job: &str) -> PathBuf {
@@ -74,9 +75,10 @@ fn fake_node(runtime: &Path) {
 
 #[test]
 fn lists_the_jobs_of_the_node() {
-    let runtime = temp_dir("list");
-    fake_node(&runtime);
-    let node = read_node(&runtime, true).unwrap();
+    let scratch = scratch_dir("list");
+    let runtime = scratch.path();
+    fake_node(runtime);
+    let node = read_node(runtime, true).unwrap();
     assert!(node.present);
     assert_eq!(node.jobs.iter().map(|j| j.job_id).collect::<Vec<_>>(), [101, 102]);
     assert_eq!(node.without_status, [103]);
@@ -120,12 +122,12 @@ Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
     assert_eq!(jobs[1]["updated_at"], 1_748_779_200);
     assert_eq!(doc["without_status"], serde_json::json!([103]));
     assert_eq!(doc["unreadable"].as_u64(), Some(0));
-    fs::remove_dir_all(&runtime).unwrap();
 }
 
 #[test]
 fn a_node_without_a_runtime_dir_watches_nothing() {
-    let runtime = temp_dir("none").join("absent");
+    let scratch = scratch_dir("none");
+    let runtime = scratch.path().join("absent");
     let node = read_node(&runtime, true).unwrap();
     assert!(!node.present);
     assert_eq!(node_text(&node, 0), "No jobs watched on this node.\n");
@@ -167,8 +169,9 @@ fn status_files_that_do_not_fit_are_refused_by_name() {
 
 #[test]
 fn the_command_reads_the_runtime_dir_of_the_policy() {
-    let runtime = temp_dir("cli");
-    fake_node(&runtime);
+    let scratch = scratch_dir("cli");
+    let runtime = scratch.path();
+    fake_node(runtime);
     let policy = runtime.join("policy.toml");
     fs::write(
         &policy,
@@ -195,5 +198,4 @@ fn the_command_reads_the_runtime_dir_of_the_policy() {
     assert_eq!(doc["jobs"].as_array().map(Vec::len), Some(2));
     let bad = run(&["--bogus"]);
     assert_eq!(bad.status.code(), Some(2));
-    fs::remove_dir_all(&runtime).unwrap();
 }

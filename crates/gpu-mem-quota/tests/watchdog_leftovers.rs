@@ -10,14 +10,6 @@ use gmq_node::attribute::ProcessIdentity;
 use gmq_node::preempt::registry::{Entry, Registry};
 use gmq_node::preempt::Rank;
 
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 fn entry(job_id: u32) -> Entry {
     Entry {
         job_id,
@@ -43,9 +35,11 @@ fn entry(job_id: u32) -> Entry {
 
 #[test]
 fn leftovers_of_gone_jobs_are_swept_and_nothing_else() {
-    let scratch = Scratch(std::env::temp_dir().join(format!("gmq-leftovers-{}", std::process::id())));
-    let _ = fs::remove_dir_all(&scratch.0);
-    let (runtime, metrics) = (scratch.0.join("run"), scratch.0.join("metrics"));
+    let scratch = tempfile::Builder::new()
+        .prefix("gmq-leftovers-")
+        .tempdir()
+        .unwrap();
+    let (runtime, metrics) = (scratch.path().join("run"), scratch.path().join("metrics"));
     fs::create_dir_all(runtime.join("jobs/5")).unwrap(); // job 5 is still here; 6 is gone
     fs::create_dir_all(&metrics).unwrap();
     for name in [
@@ -115,16 +109,16 @@ fn leftovers_of_gone_jobs_are_swept_and_nothing_else() {
 
     // A second sweep finds nothing; a node without metrics or registry is not an error.
     assert_eq!(leftovers::sweep(&runtime, Some(&metrics)), (vec![], vec![]));
-    let bare = scratch.0.join("bare");
+    let bare = scratch.path().join("bare");
     assert_eq!(leftovers::sweep(&bare, None), (vec![], vec![]));
     assert!(!bare.exists(), "the sweep must create nothing");
-    let (_, errors) = leftovers::sweep(&runtime, Some(&scratch.0.join("no-such-dir")));
+    let (_, errors) = leftovers::sweep(&runtime, Some(&scratch.path().join("no-such-dir")));
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].starts_with("cannot read ") && errors[0].contains("no-such-dir"));
 
     // A collector directory reached through a symlink is refused: nothing is removed through it.
     fs::remove_dir_all(runtime.join("jobs/5")).unwrap();
-    let link = scratch.0.join("metrics-link");
+    let link = scratch.path().join("metrics-link");
     symlink(&metrics, &link).unwrap();
     let (removed, errors) = leftovers::sweep(&runtime, Some(&link));
     assert_eq!(

@@ -204,10 +204,15 @@ fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
         return;
     }
     for case in CASES {
-        let base = std::env::temp_dir().join(format!("gmq-runtime-dir-{}-{}", std::process::id(), case.name));
-        let _ = fs::remove_dir_all(&base);
-        fs::create_dir_all(&base).unwrap();
-        let (runtime_dir, read_only) = (case.setup)(&base);
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("gmq-runtime-dir-{}-", case.name))
+            .tempdir()
+            .unwrap();
+        // The mode a directory made with the usual umask has (tempfile makes it 0700), so that
+        // each case's own directory is the only thing wrong.
+        fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let base = scratch.path();
+        let (runtime_dir, read_only) = (case.setup)(base);
         let state_dir = base.join("state");
         let config = base.join("policy.toml");
         fs::write(
@@ -221,7 +226,7 @@ fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
         .unwrap();
 
         let before = owner_and_mode(&runtime_dir);
-        let status = run_watchdog(&base, &config, read_only.as_deref());
+        let status = run_watchdog(base, &config, read_only.as_deref());
         let log = fs::read_to_string(state_dir.join("watchdog.log")).unwrap_or_default();
         assert_eq!(
             status.map(|s| s.code()),
@@ -233,7 +238,7 @@ fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
             "error: job {JOB}: cannot create the job's runtime directory {}/jobs/{JOB}: {}; \
              the job runs unwatched",
             runtime_dir.display(),
-            (case.reason)(&base)
+            (case.reason)(base)
         );
         let lines: Vec<&str> = log.lines().collect();
         assert_eq!(lines.len(), 1, "{}: one line, and only that: {log}", case.name);
@@ -247,6 +252,6 @@ fn an_unusable_runtime_dir_is_logged_once_and_the_watchdog_exits() {
         // Nothing was made in its place: no jobs directory, nothing through the symlink.
         assert!(!runtime_dir.join("jobs").exists(), "{}", case.name);
         assert!(!base.join("elsewhere/jobs").exists(), "{}", case.name);
-        fs::remove_dir_all(&base).unwrap();
+        scratch.close().unwrap();
     }
 }

@@ -236,8 +236,11 @@ mod tests {
 
     #[test]
     fn inventory_sizes() {
-        let dir = std::env::temp_dir().join(format!("gmq-inventory-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("gmq-inventory-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path().to_path_buf();
         fs::write(
             dir.join(INVENTORY_FILE),
             "0 GPU-a 85899345920\n1 GPU-b 42949672960\n",
@@ -247,7 +250,7 @@ mod tests {
         assert_eq!(gpu_total(&dir, &["GPU-b".into()]), Some(42949672960));
         assert_eq!(gpu_total(&dir, &[]), Some(42949672960));
         assert_eq!(gpu_total(&dir, &["7".into()]), None);
-        fs::remove_dir_all(&dir).unwrap();
+        scratch.close().unwrap();
         assert_eq!(gpu_total(&dir, &[]), None);
     }
 }

@@ -263,11 +263,13 @@ mod tests {
 
     #[test]
     fn a_reader_gets_an_acl_entry_and_never_the_file() {
-        let dir = std::env::temp_dir().join(format!("gmq-textfile-acl-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        write_atomically_as(&dir, "status.json", "{}", Access::readable_by(4242)).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("gmq-textfile-acl-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_atomically_as(dir, "status.json", "{}", Access::readable_by(4242)).unwrap();
         let path = dir.join("status.json");
         let meta = std::fs::metadata(&path).unwrap();
         use std::os::unix::fs::MetadataExt;
@@ -287,6 +289,5 @@ mod tests {
         assert_eq!(n, 4 + 5 * 8);
         let named_user = &acl[4 + 8..4 + 16];
         assert_eq!(named_user, [2, 0, 4, 0, 0x92, 0x10, 0, 0]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

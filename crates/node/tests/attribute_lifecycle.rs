@@ -3,41 +3,34 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gmq_node::attribute::{
     identify, job_active_on_node, job_cgroup, owner_of, same_process, Claim, Evidence, JobCgroup, Level,
     Owner, ProcessIdentity, Step,
 };
 
-/// A fresh directory per test, removed when dropped.
-struct TempDir(PathBuf);
+/// A fresh directory per test, removed when dropped (even when the test fails).
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("gmq-attribute-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir(&dir).unwrap();
-        TempDir(dir)
+        TempDir(
+            tempfile::Builder::new()
+                .prefix("gmq-attribute-")
+                .tempdir()
+                .unwrap(),
+        )
     }
 
     fn path(&self) -> &Path {
-        &self.0
+        self.0.path()
     }
 
     /// Writes `text` to `relpath`, creating directories.
     fn write(&self, relpath: &str, text: &str) {
-        let path = self.0.join(relpath);
+        let path = self.path().join(relpath);
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, text).unwrap();
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
     }
 }
 

@@ -253,22 +253,12 @@ fn as_prometheus_sees_it(query: &str) -> String {
         .replace("$job_id", "7")
 }
 
-/// A scratch directory for promtool's files, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("gmq-dashboard-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory for promtool's files, removed when dropped (even when the test fails).
+fn scratch_dir(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("gmq-dashboard-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Runs promtool; `None` where it is not installed (Debian's `prometheus` package has it).
@@ -285,7 +275,7 @@ fn yaml_quoted(text: &str) -> String {
 
 #[test]
 fn promtool_parses_every_query() {
-    let scratch = Scratch::new("parse");
+    let scratch = scratch_dir("parse");
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (n, query) in all_queries().iter().enumerate() {
         // A template-variable query is a Grafana function; its inner selector is the PromQL.
@@ -302,7 +292,7 @@ fn promtool_parses_every_query() {
             yaml_quoted(&as_prometheus_sees_it(&promql))
         );
     }
-    let file = scratch.0.join("rules.yml");
+    let file = scratch.path().join("rules.yml");
     fs::write(&file, &rules).unwrap();
     match promtool(&["check", "rules", file.to_str().unwrap()]) {
         None => promtool_missing("check rules"),
@@ -348,8 +338,8 @@ fn over_ninety_percent_queries_pick_the_right_jobs() {
             )
         ),
     );
-    let scratch = Scratch::new("eval");
-    let file = scratch.0.join("test.yml");
+    let scratch = scratch_dir("eval");
+    let file = scratch.path().join("test.yml");
     fs::write(&file, &tests).unwrap();
     match promtool(&["test", "rules", file.to_str().unwrap()]) {
         None => promtool_missing("test rules"),

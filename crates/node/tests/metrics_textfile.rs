@@ -2,29 +2,33 @@
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::Ordering;
 
 use std::time::Duration;
 
 use gmq_node::textfile::{remove, remove_stale_temporaries, write_atomically};
 use gmq_node::trusted_dir::TrustedDir;
 
-/// A fresh directory per test, removed when dropped.
-struct TempDir(PathBuf);
+/// A fresh directory per test, removed when dropped (even when the test fails).
+struct TempDir(tempfile::TempDir);
 
 impl TempDir {
     fn new() -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("gmq-textfile-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir(&dir).unwrap();
-        TempDir(dir)
+        TempDir(
+            tempfile::Builder::new()
+                .prefix("gmq-textfile-")
+                .tempdir()
+                .unwrap(),
+        )
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
     }
 
     fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(&self.0)
+        let mut names: Vec<String> = fs::read_dir(self.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
@@ -33,18 +37,12 @@ impl TempDir {
     }
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn writes_replaces_and_leaves_nothing_else() {
     let dir = TempDir::new();
-    write_atomically(&dir.0, "job_1.prom", "a 1\n").unwrap();
-    write_atomically(&dir.0, "job_1.prom", "a 2\n").unwrap();
-    let path = dir.0.join("job_1.prom");
+    write_atomically(dir.path(), "job_1.prom", "a 1\n").unwrap();
+    write_atomically(dir.path(), "job_1.prom", "a 2\n").unwrap();
+    let path = dir.path().join("job_1.prom");
     assert_eq!(fs::read_to_string(&path).unwrap(), "a 2\n");
     assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o644);
     assert_eq!(dir.names(), ["job_1.prom"]);
@@ -54,11 +52,14 @@ fn writes_replaces_and_leaves_nothing_else() {
 fn a_stale_temporary_file_is_left_to_the_sweep_which_removes_it_once_old() {
     let dir = TempDir::new();
     // Left by a writer of an earlier version (fixed name) and by one that died (numbered name).
-    fs::write(dir.0.join(".job_1.prom.tmp"), "half a fi").unwrap();
-    fs::write(dir.0.join(".job_1.prom.99999.3.tmp"), "half a fi").unwrap();
-    fs::write(dir.0.join(".other_exporter.prom.tmp"), "not ours").unwrap();
-    write_atomically(&dir.0, "job_1.prom", "a 1\n").unwrap();
-    assert_eq!(fs::read_to_string(dir.0.join("job_1.prom")).unwrap(), "a 1\n");
+    fs::write(dir.path().join(".job_1.prom.tmp"), "half a fi").unwrap();
+    fs::write(dir.path().join(".job_1.prom.99999.3.tmp"), "half a fi").unwrap();
+    fs::write(dir.path().join(".other_exporter.prom.tmp"), "not ours").unwrap();
+    write_atomically(dir.path(), "job_1.prom", "a 1\n").unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.path().join("job_1.prom")).unwrap(),
+        "a 1\n"
+    );
     // A writer never removes another's temporary (it may be a live writer's).
     assert_eq!(
         dir.names(),
@@ -69,7 +70,7 @@ fn a_stale_temporary_file_is_left_to_the_sweep_which_removes_it_once_old() {
             "job_1.prom"
         ]
     );
-    let open = TrustedDir::open(&dir.0).unwrap();
+    let open = TrustedDir::open(dir.path()).unwrap();
     let ours = |target: &str| target.starts_with("job_");
     // Younger than the age given: kept.
     assert!(remove_stale_temporaries(&open, &ours, Duration::from_secs(3600))
@@ -84,19 +85,19 @@ fn a_stale_temporary_file_is_left_to_the_sweep_which_removes_it_once_old() {
 #[test]
 fn symlinks_are_never_written_through() {
     let dir = TempDir::new();
-    let victim = dir.0.join("victim");
+    let victim = dir.path().join("victim");
     fs::write(&victim, "precious").unwrap();
     // Links planted where temporary files go (the old fixed name, and the next numbered names of
     // this process), and one at the target itself.
-    symlink(&victim, dir.0.join(".job_1.prom.tmp")).unwrap();
+    symlink(&victim, dir.path().join(".job_1.prom.tmp")).unwrap();
     for n in 0..20 {
         let name = format!(".job_1.prom.{}.{n}.tmp", std::process::id());
-        symlink(&victim, dir.0.join(name)).unwrap();
+        symlink(&victim, dir.path().join(name)).unwrap();
     }
-    symlink(&victim, dir.0.join("job_1.prom")).unwrap();
-    write_atomically(&dir.0, "job_1.prom", "a 1\n").unwrap();
+    symlink(&victim, dir.path().join("job_1.prom")).unwrap();
+    write_atomically(dir.path(), "job_1.prom", "a 1\n").unwrap();
     assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
-    let target = dir.0.join("job_1.prom");
+    let target = dir.path().join("job_1.prom");
     assert!(!fs::symlink_metadata(&target).unwrap().file_type().is_symlink());
     assert_eq!(fs::read_to_string(&target).unwrap(), "a 1\n");
     let hidden = dir.names().into_iter().filter(|n| n.starts_with('.')).count();
@@ -106,9 +107,9 @@ fn symlinks_are_never_written_through() {
 #[test]
 fn remove_is_quiet_about_missing_files() {
     let dir = TempDir::new();
-    write_atomically(&dir.0, "job_1.prom", "a 1\n").unwrap();
-    remove(&dir.0, "job_1.prom").unwrap();
-    remove(&dir.0, "job_1.prom").unwrap();
+    write_atomically(dir.path(), "job_1.prom", "a 1\n").unwrap();
+    remove(dir.path(), "job_1.prom").unwrap();
+    remove(dir.path(), "job_1.prom").unwrap();
     assert!(dir.names().is_empty());
 }
 
@@ -124,11 +125,11 @@ fn only_plain_names_are_accepted() {
         ".hidden.prom",
         "nul\0.prom",
     ] {
-        let e = write_atomically(&dir.0, bad, "x").unwrap_err();
+        let e = write_atomically(dir.path(), bad, "x").unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{bad:?}");
         assert!(e.to_string().contains("not a plain file name"), "{e}");
         assert_eq!(
-            remove(&dir.0, bad).unwrap_err().kind(),
+            remove(dir.path(), bad).unwrap_err().kind(),
             std::io::ErrorKind::InvalidInput
         );
     }
@@ -138,7 +139,7 @@ fn only_plain_names_are_accepted() {
 #[test]
 fn a_missing_directory_is_an_error_not_a_panic() {
     let dir = TempDir::new();
-    let gone = dir.0.join("absent");
+    let gone = dir.path().join("absent");
     let e = write_atomically(&gone, "job_1.prom", "x").unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
 }
@@ -146,16 +147,16 @@ fn a_missing_directory_is_an_error_not_a_panic() {
 #[test]
 fn a_directory_someone_else_could_change_is_refused_and_left_as_it_is() {
     let dir = TempDir::new();
-    let real = dir.0.join("real");
+    let real = dir.path().join("real");
     fs::create_dir(&real).unwrap();
-    symlink(&real, dir.0.join("link")).unwrap();
-    let e = write_atomically(&dir.0.join("link"), "job_1.prom", "x").unwrap_err();
+    symlink(&real, dir.path().join("link")).unwrap();
+    let e = write_atomically(&dir.path().join("link"), "job_1.prom", "x").unwrap_err();
     assert!(
         e.to_string()
             .ends_with("link is a symlink: refused, left as it is"),
         "{e}"
     );
-    let shared = dir.0.join("shared");
+    let shared = dir.path().join("shared");
     fs::create_dir(&shared).unwrap();
     for mode in [0o1777, 0o777, 0o775, 0o1755] {
         fs::set_permissions(&shared, fs::Permissions::from_mode(mode)).unwrap();
@@ -181,12 +182,12 @@ fn many_writers_of_one_file_never_disturb_each_other() {
     const PROCESSES: usize = 4;
     const THREADS: usize = 4;
     let dir = TempDir::new();
-    write_atomically(&dir.0, "gpus", &version("start")).unwrap();
+    write_atomically(dir.path(), "gpus", &version("start")).unwrap();
     let children: Vec<_> = (0..PROCESSES)
         .map(|p| {
             std::process::Command::new(std::env::current_exe().unwrap())
                 .args(["--exact", "race_writer", "--nocapture", "--test-threads=1"])
-                .env(RACE_DIR, &dir.0)
+                .env(RACE_DIR, dir.path())
                 .env(RACE_WRITER, format!("process{p}"))
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -196,7 +197,7 @@ fn many_writers_of_one_file_never_disturb_each_other() {
         .collect();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
-        let (path, stop) = (dir.0.join("gpus"), stop.clone());
+        let (path, stop) = (dir.path().join("gpus"), stop.clone());
         std::thread::spawn(move || {
             let mut reads = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -209,7 +210,7 @@ fn many_writers_of_one_file_never_disturb_each_other() {
     };
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
-            let dir = dir.0.clone();
+            let dir = dir.path().to_path_buf();
             std::thread::spawn(move || write_many(&dir, &format!("thread{t}")))
         })
         .collect();
@@ -227,7 +228,9 @@ fn many_writers_of_one_file_never_disturb_each_other() {
     }
     stop.store(true, Ordering::Relaxed);
     assert!(reader.join().unwrap() > 0);
-    assert!(is_one_version(&fs::read_to_string(dir.0.join("gpus")).unwrap()));
+    assert!(is_one_version(
+        &fs::read_to_string(dir.path().join("gpus")).unwrap()
+    ));
     // Nothing left beside it: every writer renamed its own temporary.
     assert_eq!(dir.names(), ["gpus"]);
 }

@@ -18,20 +18,23 @@ fn proc_root() -> &'static Path {
     Path::new("/proc")
 }
 
-/// A fresh runtime directory, removed when dropped.
-struct TempRuntime(PathBuf);
+/// A fresh runtime directory, not yet made (the registry makes it), inside a temporary directory
+/// removed when dropped (even when the test fails).
+struct TempRuntime {
+    path: PathBuf,
+    _scratch: tempfile::TempDir,
+}
 
 impl TempRuntime {
     fn new(name: &str) -> TempRuntime {
-        let dir = std::env::temp_dir().join(format!("gmq-preempt-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        TempRuntime(dir)
-    }
-}
-
-impl Drop for TempRuntime {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("gmq-preempt-{name}-"))
+            .tempdir()
+            .unwrap();
+        TempRuntime {
+            path: scratch.path().join("run"),
+            _scratch: scratch,
+        }
     }
 }
 
@@ -80,8 +83,8 @@ fn entry(job_id: u32, watchdog: ProcessIdentity, heartbeat: u64) -> Entry {
 #[test]
 fn entries_round_trip() {
     let runtime = TempRuntime::new("round-trip");
-    let registry = Registry::open(&runtime.0).unwrap();
-    assert_eq!(registry.dir(), runtime.0.join("registry"));
+    let registry = Registry::open(&runtime.path).unwrap();
+    assert_eq!(registry.dir(), runtime.path.join("registry"));
     let mut mine = entry(12, alive(), NOW);
     registry.write(&mine).unwrap();
     assert_eq!(registry.read(12).unwrap(), Some(mine.clone()));
@@ -95,14 +98,14 @@ fn entries_round_trip() {
     // An older version's registry (0755) is made 0700 when opened; the runtime directory is not
     // touched.
     fs::set_permissions(registry.dir(), fs::Permissions::from_mode(0o755)).unwrap();
-    fs::set_permissions(&runtime.0, fs::Permissions::from_mode(0o711)).unwrap();
-    Registry::open(&runtime.0).unwrap();
+    fs::set_permissions(&runtime.path, fs::Permissions::from_mode(0o711)).unwrap();
+    Registry::open(&runtime.path).unwrap();
     assert_eq!(
         fs::metadata(registry.dir()).unwrap().permissions().mode() & 0o777,
         0o700
     );
     assert_eq!(
-        fs::metadata(&runtime.0).unwrap().permissions().mode() & 0o777,
+        fs::metadata(&runtime.path).unwrap().permissions().mode() & 0o777,
         0o711
     );
 
@@ -195,11 +198,11 @@ fn the_file_is_one_json_object_read_strictly() {
 #[test]
 fn list_skips_what_is_not_an_entry_and_never_follows_symlinks() {
     let runtime = TempRuntime::new("list");
-    let registry = Registry::open(&runtime.0).unwrap();
+    let registry = Registry::open(&runtime.path).unwrap();
     let dir = registry.dir().to_path_buf();
     registry.write(&entry(5, alive(), NOW)).unwrap();
     // A valid entry outside, reached only through symlinks.
-    let outside = runtime.0.join("outside");
+    let outside = runtime.path.join("outside");
     fs::write(&outside, entry(6, alive(), NOW).render()).unwrap();
     symlink(&outside, dir.join("6")).unwrap();
     fs::write(dir.join("7"), "garbage").unwrap();
@@ -226,45 +229,45 @@ fn list_skips_what_is_not_an_entry_and_never_follows_symlinks() {
 #[test]
 fn open_refuses_a_symlinked_directory() {
     let runtime = TempRuntime::new("symlinked");
-    fs::create_dir_all(runtime.0.join("elsewhere")).unwrap();
-    let linked_runtime = runtime.0.join("runtime-link");
-    symlink(runtime.0.join("elsewhere"), &linked_runtime).unwrap();
+    fs::create_dir_all(runtime.path.join("elsewhere")).unwrap();
+    let linked_runtime = runtime.path.join("runtime-link");
+    symlink(runtime.path.join("elsewhere"), &linked_runtime).unwrap();
     assert!(Registry::open(&linked_runtime).is_err());
 
-    let real = runtime.0.join("real");
+    let real = runtime.path.join("real");
     fs::create_dir_all(&real).unwrap();
-    symlink(runtime.0.join("elsewhere"), real.join("registry")).unwrap();
+    symlink(runtime.path.join("elsewhere"), real.join("registry")).unwrap();
     let e = Registry::open(&real).unwrap_err();
     assert!(
         e.to_string()
             .ends_with("registry is a symlink: refused, left as it is"),
         "{e}"
     );
-    assert!(!runtime.0.join("elsewhere/registry").exists());
+    assert!(!runtime.path.join("elsewhere/registry").exists());
 }
 
 #[test]
 fn open_refuses_a_runtime_dir_others_can_write_and_leaves_its_mode() {
     let runtime = TempRuntime::new("shared");
-    fs::create_dir(&runtime.0).unwrap();
+    fs::create_dir(&runtime.path).unwrap();
     for mode in [0o1777, 0o777, 0o1755, 0o770] {
-        fs::set_permissions(&runtime.0, fs::Permissions::from_mode(mode)).unwrap();
-        let e = Registry::open(&runtime.0).unwrap_err();
+        fs::set_permissions(&runtime.path, fs::Permissions::from_mode(mode)).unwrap();
+        let e = Registry::open(&runtime.path).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{mode:o}: {e}");
         assert!(e.to_string().contains("refused, left as it is"), "{e}");
         assert_eq!(
-            fs::metadata(&runtime.0).unwrap().permissions().mode() & 0o7777,
+            fs::metadata(&runtime.path).unwrap().permissions().mode() & 0o7777,
             mode
         );
-        assert!(!runtime.0.join("registry").exists());
+        assert!(!runtime.path.join("registry").exists());
     }
-    fs::set_permissions(&runtime.0, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&runtime.path, fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 #[test]
 fn write_refuses_what_would_break_the_file() {
     let runtime = TempRuntime::new("refuse");
-    let registry = Registry::open(&runtime.0).unwrap();
+    let registry = Registry::open(&runtime.path).unwrap();
     let bad_user = Entry {
         user: "eve\nacted_by=1 2".into(),
         ..entry(5, alive(), NOW)
@@ -314,7 +317,7 @@ fn stale_needs_an_old_heartbeat_and_a_dead_watchdog() {
         );
     }
     let runtime = TempRuntime::new("stale");
-    let registry = Registry::open(&runtime.0).unwrap();
+    let registry = Registry::open(&runtime.path).unwrap();
     registry.write(&entry(5, alive(), NOW - 600)).unwrap();
     registry.write(&entry(6, dead(), NOW - 600)).unwrap();
     registry.write(&entry(7, dead(), NOW)).unwrap();
@@ -330,7 +333,7 @@ fn stale_needs_an_old_heartbeat_and_a_dead_watchdog() {
 #[test]
 fn one_watchdog_acts_for_a_dead_one_once() {
     let runtime = TempRuntime::new("claim");
-    let registry = Registry::open(&runtime.0).unwrap();
+    let registry = Registry::open(&runtime.path).unwrap();
     registry.write(&entry(5, alive(), NOW - 600)).unwrap();
     registry.write(&entry(6, dead(), NOW - 600)).unwrap();
     let claim = |victim, me| {
@@ -371,7 +374,7 @@ fn one_watchdog_acts_for_a_dead_one_once() {
 #[test]
 fn racing_claims_grant_exactly_one() {
     let runtime = TempRuntime::new("race");
-    let registry = Registry::open(&runtime.0).unwrap();
+    let registry = Registry::open(&runtime.path).unwrap();
     for round in 0..20u32 {
         let victim = 1000 + round;
         registry.write(&entry(victim, dead(), NOW - 600)).unwrap();
@@ -403,7 +406,7 @@ fn racing_claims_grant_exactly_one() {
 #[test]
 fn one_preemption_per_gpu_per_cooldown_whoever_asks() {
     let runtime = TempRuntime::new("gpu");
-    let registry = Registry::open(&runtime.0).unwrap();
+    let registry = Registry::open(&runtime.path).unwrap();
     let cooldown = Duration::from_secs(300);
     let uuid = "GPU-8c6f1d2e-aaaa";
     assert_eq!(registry.gpu_cooldown(uuid).unwrap(), GpuCooldown::default());

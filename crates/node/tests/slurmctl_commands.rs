@@ -4,7 +4,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gmq_core::slurm_text::{CtlError, Refusal};
@@ -29,22 +28,24 @@ const PROMPT: Duration = Duration::from_secs(5);
 const SLACK: Duration = Duration::from_secs(2);
 
 /// A directory with fake `scontrol` and `scancel` that log each call's argv to `argv` (NUL
-/// separated, last call) and count calls in `calls`, then run a test's shell body.
+/// separated, last call) and count calls in `calls`, then run a test's shell body. Removed when
+/// dropped (even when the test fails).
 struct Fakes {
     dir: PathBuf,
+    _scratch: tempfile::TempDir,
 }
 
 impl Fakes {
     fn new(test: &str) -> Fakes {
-        static SERIAL: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "slurmctl-{test}-{}-{}",
-            std::process::id(),
-            SERIAL.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Fakes { dir }
+        // The scripts name it in single quotes: tempfile's random suffix is letters and digits.
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("slurmctl-{test}-"))
+            .tempdir()
+            .unwrap();
+        Fakes {
+            dir: scratch.path().to_path_buf(),
+            _scratch: scratch,
+        }
     }
 
     /// Writes the fake `name` with `body` after the logging preamble; `$dir` is the directory.
@@ -101,12 +102,6 @@ impl Fakes {
             .unwrap_or_default()
             .trim()
             .to_string()
-    }
-}
-
-impl Drop for Fakes {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -76,10 +76,11 @@ mod tests {
 
     #[test]
     fn counts_down_then_stops_and_restarts_for_a_new_fault() {
-        let dir = std::env::temp_dir().join(format!("fake-nvml-transient-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let state = dir.join("faults.state");
-        let _ = std::fs::remove_file(&state);
+        let dir = tempfile::Builder::new()
+            .prefix("fake-nvml-transient-")
+            .tempdir()
+            .unwrap();
+        let state = dir.path().join("faults.state");
         let fault = |times| Transient {
             function: "nvmlDeviceGetCount_v2".to_string(),
             error: 999,
@@ -100,6 +101,5 @@ mod tests {
         let one = fault(1);
         assert_eq!(take(&state, &one, "nvmlDeviceGetCount_v2"), Some(999));
         assert_eq!(take(&state, &one, "nvmlDeviceGetCount_v2"), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

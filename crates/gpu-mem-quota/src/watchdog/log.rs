@@ -139,18 +139,19 @@ mod tests {
     use super::*;
     use std::fs;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("gmq-log-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir(&dir).unwrap();
-        dir
+    fn scratch_dir(name: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("gmq-log-{name}-"))
+            .tempdir()
+            .unwrap()
     }
 
     #[test]
     fn the_fallback_log_appends_and_rotates_once_past_its_bound() {
-        let dir = scratch("rotate");
-        append_to_fallback(&dir, "one\n").unwrap();
-        append_to_fallback(&dir, "two\n").unwrap();
+        let scratch = scratch_dir("rotate");
+        let dir = scratch.path();
+        append_to_fallback(dir, "one\n").unwrap();
+        append_to_fallback(dir, "two\n").unwrap();
         let log = dir.join(LOG_FILE);
         assert_eq!(fs::read_to_string(&log).unwrap(), "one\ntwo\n");
         assert_eq!(fs::metadata(&log).unwrap().mode() & 0o7777, 0o640);
@@ -160,34 +161,33 @@ mod tests {
             .unwrap()
             .set_len(MAX_LOG_BYTES)
             .unwrap();
-        append_to_fallback(&dir, "three\n").unwrap();
+        append_to_fallback(dir, "three\n").unwrap();
         assert_eq!(fs::read_to_string(&log).unwrap(), "three\n");
         assert_eq!(
             fs::metadata(dir.join(OLDER_LOG_FILE)).unwrap().len(),
             MAX_LOG_BYTES
         );
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_linked_or_foreign_fallback_log_is_refused() {
-        let dir = scratch("refuse");
+        let scratch = scratch_dir("refuse");
+        let dir = scratch.path();
         let victim = dir.join("victim");
         fs::write(&victim, "precious").unwrap();
         fs::hard_link(&victim, dir.join(LOG_FILE)).unwrap();
-        let e = append_to_fallback(&dir, "x\n").unwrap_err();
+        let e = append_to_fallback(dir, "x\n").unwrap_err();
         assert!(e.to_string().contains("2 links): refused"), "{e}");
         fs::remove_file(dir.join(LOG_FILE)).unwrap();
         std::os::unix::fs::symlink(&victim, dir.join(LOG_FILE)).unwrap();
-        assert!(append_to_fallback(&dir, "x\n").is_err());
+        assert!(append_to_fallback(dir, "x\n").is_err());
         assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
         fs::remove_file(dir.join(LOG_FILE)).unwrap();
         if euid() == 0 {
             fs::write(dir.join(LOG_FILE), "").unwrap();
             std::os::unix::fs::chown(dir.join(LOG_FILE), Some(2001), None).unwrap();
-            let e = append_to_fallback(&dir, "x\n").unwrap_err();
+            let e = append_to_fallback(dir, "x\n").unwrap_err();
             assert!(e.to_string().contains("owner 2001"), "{e}");
         }
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -148,16 +148,21 @@ mod tests {
     use super::*;
     use std::fs;
 
-    fn job_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("gmq-presence-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+    /// A job's cgroup directory with an empty `step_0`, inside a temporary directory removed
+    /// when the first is dropped.
+    fn job_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("gmq-presence-{name}-"))
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path().join("job_12");
         fs::create_dir_all(dir.join("step_0")).unwrap();
-        dir
+        (scratch, dir)
     }
 
     #[test]
     fn a_job_seen_running_has_left_once_its_steps_hold_only_the_watchdog() {
-        let dir = job_dir("left");
+        let (_scratch, dir) = job_dir("left");
         let procs = dir.join("step_0/cgroup.procs");
         // v2: the watchdog lives below a step, with the step's task.
         fs::write(&procs, "230\n231\n").unwrap();
@@ -175,7 +180,7 @@ mod tests {
     #[test]
     fn a_job_never_seen_running_is_not_taken_as_gone() {
         // The watchdog started before the step's first task was in its cgroup.
-        let dir = job_dir("early");
+        let (_scratch, dir) = job_dir("early");
         fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
         let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
         let t0 = Instant::now();
@@ -184,12 +189,11 @@ mod tests {
         assert!(!presence.job_left(t0 + CHECK_EVERY));
         fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
         assert!(presence.job_left(t0 + 2 * CHECK_EVERY));
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn once_slurmctld_says_the_job_runs_the_next_look_waits() {
-        let dir = job_dir("denied");
+        let (_scratch, dir) = job_dir("denied");
         fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
         let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
         let t0 = Instant::now();
@@ -204,12 +208,11 @@ mod tests {
         assert!(!presence.job_left(t2 + 3 * CHECK_EVERY));
         assert!(presence.job_left(t2 + RECHECK_AFTER_DENIAL));
         assert!(!presence.recheck_after(t2 + RECHECK_AFTER_DENIAL), "said once");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn empty_steps_end_the_watch_only_when_slurmctld_says_the_run_is_over() {
-        let dir = job_dir("check");
+        let (_scratch, dir) = job_dir("check");
         fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
         let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
         let t0 = Instant::now();
@@ -231,15 +234,17 @@ mod tests {
         );
         let t4 = t3 + RECHECK_AFTER_DENIAL;
         assert_eq!(presence.check(t4, || Ok(false)), Check::Left);
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_job_cgroup_made_after_the_watchdog_started_is_found() {
-        let root = std::env::temp_dir().join(format!("gmq-presence-{}-late", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let scratch = tempfile::Builder::new()
+            .prefix("gmq-presence-late-")
+            .tempdir()
+            .unwrap();
+        let root = scratch.path();
         fs::create_dir_all(root.join("freezer/slurm_vm/uid_2001")).unwrap();
-        let mut presence = Presence::of_job(&root, 12, 2001);
+        let mut presence = Presence::of_job(root, 12, 2001);
         let t0 = Instant::now();
         assert!(presence.job_dir().is_none() && !presence.job_left(t0));
         let step = root.join("freezer/slurm_vm/uid_2001/job_12/step_extern");
@@ -252,7 +257,6 @@ mod tests {
         );
         fs::write(step.join("cgroup.procs"), "").unwrap();
         assert!(presence.job_left(t0 + 2 * CHECK_EVERY));
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -9,11 +9,11 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// `/proc` under `proc/`, the cgroup mount (`freezer/`, `memory/`) under `cgroup/`.
+/// `/proc` under `proc/`, the cgroup mount (`freezer/`, `memory/`) under `cgroup/`; removed when
+/// dropped (even when the test fails).
 pub(crate) struct World {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 /// The v1 prefix of a job of user 2001 on node n1.
@@ -23,10 +23,7 @@ pub(crate) fn v1_job(job: u32) -> String {
 
 impl World {
     pub(crate) fn new() -> World {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("gmq-world-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = tempfile::Builder::new().prefix("gmq-world-").tempdir().unwrap();
         let world = World { dir };
         for hierarchy in ["freezer", "memory"] {
             world.write(&format!("cgroup/{hierarchy}/cgroup.procs"), "");
@@ -41,15 +38,15 @@ impl World {
     }
 
     pub(crate) fn proc_root(&self) -> PathBuf {
-        self.dir.join("proc")
+        self.dir.path().join("proc")
     }
 
     pub(crate) fn cgroup_root(&self) -> PathBuf {
-        self.dir.join("cgroup")
+        self.dir.path().join("cgroup")
     }
 
     fn write(&self, relpath: &str, text: &str) {
-        let path = self.dir.join(relpath);
+        let path = self.dir.path().join(relpath);
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, text).unwrap();
     }
@@ -120,12 +117,6 @@ impl World {
         world.process(510, "python3", 2001, 1003, &b0, &b0);
         world.process(200, "slurmstepd", 0, 900, &a, &a);
         world
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -220,8 +220,8 @@ mod tests {
 
     #[test]
     fn a_jobs_directories_and_leftovers_from_a_v1_tree() {
-        let root = std::env::temp_dir().join(format!("gmq-jobdirs-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let scratch = tempfile::Builder::new().prefix("gmq-jobdirs-").tempdir().unwrap();
+        let root = scratch.path();
         let freezer = root.join("freezer/slurm_vm/uid_2001/job_12");
         let memory = root.join("memory/slurm_vm/uid_2001/job_12");
         fs::create_dir_all(freezer.join("step_batch/keep")).unwrap();
@@ -230,12 +230,11 @@ mod tests {
         fs::create_dir_all(root.join("freezer/other/uid_2001/job_12")).unwrap();
         fs::write(freezer.join("step_batch/keep/cgroup.procs"), "301\n").unwrap();
         fs::write(memory.join("step_batch/cgroup.procs"), "301\n302\n").unwrap();
-        assert_eq!(find_job_dir(&root, 12, 2001), Some(freezer.clone()));
-        assert_eq!(job_dirs(&root, 12, 2001), [freezer, memory]);
-        assert_eq!(find_job_dir(&root, 12, 2002), None, "another uid's");
-        assert_eq!(find_job_dir(&root, 14, 2001), None);
-        assert_eq!(leftover_processes(&root, 12, 2001), [301, 302]);
-        assert!(leftover_processes(&root, 13, 2001).is_empty());
-        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(find_job_dir(root, 12, 2001), Some(freezer.clone()));
+        assert_eq!(job_dirs(root, 12, 2001), [freezer, memory]);
+        assert_eq!(find_job_dir(root, 12, 2002), None, "another uid's");
+        assert_eq!(find_job_dir(root, 14, 2001), None);
+        assert_eq!(leftover_processes(root, 12, 2001), [301, 302]);
+        assert!(leftover_processes(root, 13, 2001).is_empty());
     }
 }

@@ -191,10 +191,9 @@ mod tests {
     /// and holds an inheritable descriptor, as slurmstepd does.
     #[test]
     fn the_program_starts_in_its_own_session_with_nothing_inherited() {
-        let dir = std::env::temp_dir().join(format!("gmq-spawn-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("out");
+        // Named in the shell script unquoted: tempfile's random suffix is letters and digits only.
+        let dir = tempfile::Builder::new().prefix("gmq-spawn-").tempdir().unwrap();
+        let out = dir.path().join("out");
         // `exec >`: dash keeps no saved copy of stdout, as it does for a command's redirection.
         // The masks are grep's own, inherited through the shell: the shell itself blocks signals
         // for a moment while it forks, so reading its status would race that.
@@ -251,6 +250,5 @@ mod tests {
         assert_eq!(ignored & 0x7fff_ffff, 0, "{text}");
         assert_ne!(lines[5], our_session, "{text}");
         assert_eq!(&lines[6..], ["/", "clean"], "{text}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

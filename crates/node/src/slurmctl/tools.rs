@@ -427,18 +427,16 @@ mod trust_tests {
 
     #[test]
     fn a_tool_others_can_change_is_not_run() {
-        let dir = std::env::temp_dir().join(format!("tools-trust-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let tool = dir.join("scontrol");
+        let dir = tempfile::Builder::new().prefix("tools-trust-").tempdir().unwrap();
+        let tool = dir.path().join("scontrol");
         std::fs::write(&tool, "#!/bin/sh\n").unwrap();
         let root = is_root();
         for (mode, trusted) in [(0o755, root), (0o775, false), (0o757, false)] {
             std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode)).unwrap();
             assert_eq!(only_root_can_change(&tool), trusted, "{mode:o}");
         }
-        assert!(!only_root_can_change(&dir.join("absent")));
+        assert!(!only_root_can_change(&dir.path().join("absent")));
         assert!(only_root_can_change(std::path::Path::new("/usr")));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn is_root() -> bool {

@@ -55,21 +55,25 @@ pub fn lib_path() -> PathBuf {
         })
 }
 
-/// A fresh scenario directory, made current through the environment; removed on drop.
+/// A fresh scenario directory, made current through the environment; removed on drop (even when
+/// the test fails), before the next test may take the lock.
 pub struct Scenario {
     pub dir: PathBuf,
     pub proc_root: PathBuf,
+    // Fields drop in this order: the directory goes, then the lock.
+    _scratch: tempfile::TempDir,
     _serial: MutexGuard<'static, ()>,
 }
 
 impl Scenario {
     /// With this devices.toml (`None`: none, as on a machine without a driver).
     pub fn new(devices: Option<&str>) -> Scenario {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("fake-nvml-test-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix("fake-nvml-test-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path().to_path_buf();
         let proc_root = dir.join("proc");
         std::fs::create_dir_all(&proc_root).unwrap();
         std::env::set_var("FAKE_NVML_DIR", &dir);
@@ -77,6 +81,7 @@ impl Scenario {
         let scenario = Scenario {
             dir,
             proc_root,
+            _scratch: scratch,
             _serial: serial,
         };
         if let Some(text) = devices {
@@ -131,11 +136,5 @@ impl Scenario {
 
     pub fn path(&self, relative: &str) -> PathBuf {
         self.dir.join(relative)
-    }
-}
-
-impl Drop for Scenario {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
