@@ -6,15 +6,15 @@
 //! suffix; zero padding is kept (`01-04` gives `01`..`04`). Anything else is refused, never guessed.
 
 /// The most names one expression may expand to: a guard against `n[0-4294967295]`.
-const MAX_NODES: usize = 1 << 20;
+pub const MAX_NODES: usize = 1 << 20;
 
 /// The most bytes the names of one expression may take together (64 bytes for each of
 /// [`MAX_NODES`]): a guard against a long prefix on a long range, which the count alone lets
 /// through (3 KB of `nnn...n[0-999999]` would be 3 GB of names).
-const MAX_BYTES: usize = 64 * MAX_NODES;
+pub const MAX_BYTES: usize = 64 * MAX_NODES;
 
 /// The node names of `expression`, in Slurm's order.
-pub(crate) fn expand(expression: &str) -> Result<Vec<String>, String> {
+pub fn expand(expression: &str) -> Result<Vec<String>, String> {
     let (mut names, mut bytes) = (Vec::new(), 0usize);
     for item in split_top_level(expression)? {
         if item.is_empty() {

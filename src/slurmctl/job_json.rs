@@ -34,7 +34,7 @@ pub struct JobRecord {
     /// Per node, how many `gres/shard` the job holds there (0 where it holds none).
     pub(crate) shards_by_node: Vec<u64>,
     /// Its state and, once it ended, how; `None` where slurmctld printed no `job_state`.
-    pub(crate) end: Option<JobEnd>,
+    pub end: Option<JobEnd>,
     /// The leader of the heterogeneous job this is a later component of (`HetJobId`, when it is
     /// not this job's own id): slurmctld requeues a heterogeneous job only through its leader.
     pub het_leader: Option<u32>,
@@ -145,7 +145,7 @@ struct Job {
 /// Job `job_id`'s state, requeue facts and rank from `squeue --json` or `scontrol show job --json`
 /// output (24.11 on: [`super::SlurmTools::job`]), the same [`JobInfo`] `squeue --Format` gives.
 /// The error names what is missing.
-pub(crate) fn parse_job_info_json(output: &str, job_id: u32) -> Result<JobInfo, String> {
+pub fn parse_job_info_json(output: &str, job_id: u32) -> Result<JobInfo, String> {
     let job = the_job(output, job_id)?;
     let missing = |field: &str| format!("job {job_id}: no `{field}`");
     let state = job
@@ -217,7 +217,7 @@ fn the_job(output: &str, job_id: u32) -> Result<Job, String> {
 }
 
 /// Job `job_id`'s record from `squeue --json` output. The error says what is missing or malformed.
-pub(crate) fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
+pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String> {
     let job = the_job(output, job_id)?;
     let nodes = match job.nodes.as_deref().unwrap_or("") {
         "" => Vec::new(),

@@ -21,7 +21,7 @@
 
 mod classify;
 mod error;
-pub(crate) mod hostlist;
+pub mod hostlist;
 mod job_info;
 mod job_json;
 mod run;
@@ -33,6 +33,7 @@ pub(crate) use job_info::JobInfo;
 pub use job_info::{parse_squeue, parse_squeue_record, JobState, RECORD_FORMAT, SQUEUE_FORMAT};
 pub use job_json::JobEnd;
 pub use job_json::JobRecord;
+pub use job_json::{parse_job_info_json, parse_squeue_json};
 pub use run::SAFE_PATH;
 pub use tools::{Backoff, SlurmTools, JSON_JOB_READS_FROM};
 

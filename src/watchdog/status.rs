@@ -106,7 +106,7 @@ impl Status {
     }
 
     /// Reads a status file (any job's: the caller checks `job_id`).
-    pub(crate) fn from_json(text: &str) -> Result<Status, String> {
+    pub fn from_json(text: &str) -> Result<Status, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
 }
