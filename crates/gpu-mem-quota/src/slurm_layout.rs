@@ -47,7 +47,7 @@ fn value<'l>(words: &[(&str, &'l str)], key: &str) -> Option<&'l str> {
 }
 
 /// How many device files a `File=` value names: `/dev/nvidia0` is one, `/dev/nvidia[0-3]` four,
-/// `/dev/nvidia[0,2]` two. `None` when the brackets do not read.
+/// `/dev/nvidia[0,2]` two. `None` when the brackets do not read, or name more than a u64 counts.
 fn file_count(file: &str) -> Option<u64> {
     let Some((_, rest)) = file.split_once('[') else {
         return Some(1);
@@ -57,7 +57,7 @@ fn file_count(file: &str) -> Option<u64> {
     for part in inside.split(',') {
         let (low, high) = part.split_once('-').unwrap_or((part, part));
         let (low, high): (u64, u64) = (low.parse().ok()?, high.parse().ok()?);
-        count += high.checked_sub(low)? + 1;
+        count = count.checked_add(high.checked_sub(low)?.checked_add(1)?)?;
     }
     Some(count)
 }
@@ -268,7 +268,7 @@ fn check_gres_conf(conf: &ConfFile, unit: ByteSize, gpu_memory: Option<ByteSize>
         let memory = ByteSize::from_bytes(unit.bytes().saturating_mul(per_gpu));
         match gpu_memory {
             Some(gpu) if gpu != memory => {
-                let right = gpu.bytes() / unit.bytes().max(1) * gpus;
+                let right = (gpu.bytes() / unit.bytes().max(1)).saturating_mul(gpus);
                 found.errors.push(format!(
                     "{at}: Count={count} gives {per_gpu} shard(s) x {unit} = {memory} per GPU, but the GPUs have {gpu} \
                      ([defaults] gpu_memory): write Count={right}"
@@ -449,5 +449,22 @@ mod tests {
         assert_eq!(file_count("/dev/nvidia[0-3]"), Some(4));
         assert_eq!(file_count("/dev/nvidia[0,2-3]"), Some(3));
         assert_eq!(file_count("/dev/nvidia[x]"), None);
+        // More device files than a u64 counts: refused, not an overflow (a panic in debug builds).
+        assert_eq!(file_count("/dev/nvidia[0-18446744073709551615]"), None);
+        assert_eq!(
+            file_count("/dev/nvidia[0-9223372036854775807,0-9223372036854775807]"),
+            None
+        );
+        let found = run(
+            SLURM,
+            "Name=shard Count=0 File=/dev/nvidia[0-9223372036854775807]\n",
+            LUA,
+            gib(80),
+        );
+        assert!(
+            found.errors[0].contains("write Count=18446744073709551615"),
+            "{:?}",
+            found.errors
+        );
     }
 }

@@ -174,8 +174,9 @@ impl NodeFacts {
 
     /// The text [`NodeFacts::render`] wrote; anything else (a key missing, twice, unknown, out of
     /// order, a count that is not one) is `None`, and the facts are asked of slurmctld instead.
+    /// Lines end at `\n` alone, as written: a value's own `\r` is kept.
     pub fn parse(text: &str) -> Option<NodeFacts> {
-        let mut lines = text.lines();
+        let mut lines = text.strip_suffix('\n').unwrap_or(text).split('\n');
         let mut values = Self::KEYS.iter().map(|key| {
             let (k, value) = lines.next()?.split_once('=')?;
             (k == *key).then_some(value)
@@ -222,7 +223,13 @@ mod tests {
             shards: None,
             ..facts
         };
-        assert_eq!(NodeFacts::parse(&unknown.render()), Some(unknown));
+        assert_eq!(NodeFacts::parse(&unknown.render()), Some(unknown.clone()));
+        // A value ending in `\r` reads back whole (found by fuzzing: `str::lines` dropped it).
+        let carriage = NodeFacts {
+            account: "physics\r".into(),
+            ..unknown
+        };
+        assert_eq!(NodeFacts::parse(&carriage.render()), Some(carriage));
         for bad in [
             "",
             "account=a\npartition=p\nqos=q\n",

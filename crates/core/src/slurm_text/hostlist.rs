@@ -6,17 +6,25 @@
 //! suffix; zero padding is kept (`01-04` gives `01`..`04`). Anything else is refused, never guessed.
 
 /// The most names one expression may expand to: a guard against `n[0-4294967295]`.
-const MAX_NODES: usize = 1 << 20;
+pub const MAX_NODES: usize = 1 << 20;
+
+/// The most bytes the names of one expression may take together (64 bytes for each of
+/// [`MAX_NODES`]): a guard against a long prefix on a long range, which the count alone lets
+/// through (3 KB of `nnn...n[0-999999]` would be 3 GB of names).
+pub const MAX_BYTES: usize = 64 * MAX_NODES;
 
 /// The node names of `expression`, in Slurm's order.
-pub(crate) fn expand(expression: &str) -> Result<Vec<String>, String> {
-    let mut names = Vec::new();
+pub fn expand(expression: &str) -> Result<Vec<String>, String> {
+    let (mut names, mut bytes) = (Vec::new(), 0usize);
     for item in split_top_level(expression)? {
         if item.is_empty() {
             return Err(format!("empty node name in `{expression}`"));
         }
         match item.find('[') {
-            None => names.push(item.to_string()),
+            None => {
+                bytes += item.len();
+                names.push(item.to_string());
+            }
             Some(open) => {
                 let close = item[open..]
                     .find(']')
@@ -27,7 +35,7 @@ pub(crate) fn expand(expression: &str) -> Result<Vec<String>, String> {
                     return Err(format!("more than one bracket in `{item}`: not supported"));
                 }
                 for range in ranges.split(',') {
-                    expand_range(prefix, range, suffix, &mut names)?;
+                    expand_range(prefix, range, suffix, &mut names, &mut bytes)?;
                     if names.len() > MAX_NODES {
                         return Err(format!("`{expression}` names more than {MAX_NODES} nodes"));
                     }
@@ -64,7 +72,13 @@ fn split_top_level(expression: &str) -> Result<Vec<&str>, String> {
     Ok(items)
 }
 
-fn expand_range(prefix: &str, range: &str, suffix: &str, names: &mut Vec<String>) -> Result<(), String> {
+fn expand_range(
+    prefix: &str,
+    range: &str,
+    suffix: &str,
+    names: &mut Vec<String>,
+    bytes: &mut usize,
+) -> Result<(), String> {
     let (low, high) = range.split_once('-').unwrap_or((range, range));
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if !digits(low) || !digits(high) {
@@ -79,6 +93,14 @@ fn expand_range(prefix: &str, range: &str, suffix: &str, names: &mut Vec<String>
         return Err(format!("`{range}` names more than {MAX_NODES} nodes"));
     }
     let width = low.len();
+    // No name is longer than the range's high end, padded, between the prefix and the suffix.
+    let longest = prefix.len() + width.max(high.len()) + suffix.len();
+    *bytes = bytes.saturating_add(((to - from + 1) as usize).saturating_mul(longest));
+    if *bytes > MAX_BYTES {
+        return Err(format!(
+            "`{prefix}[{range}]{suffix}` names more than {MAX_BYTES} bytes of nodes"
+        ));
+    }
     for n in from..=to {
         names.push(format!("{prefix}{n:0width$}{suffix}"));
     }
@@ -117,6 +139,8 @@ mod tests {
             "a[3-1]",
             "a[1]b[2]",
             "a[0-99999999]",
+            // 3 GB of names, a count under MAX_NODES: out of memory in the hostlist fuzz target.
+            format!("{}[0-999999]", "n".repeat(3000)).as_str(),
         ] {
             assert!(expand(bad).is_err(), "{bad}");
         }

@@ -77,7 +77,7 @@ pub struct Status {
     pub version: u64,
     pub job_id: u32,
     /// Unix seconds; RFC 3339 in UTC in the file (`2026-11-30T06:00:00Z`). A reader also takes a
-    /// number of seconds, and reads a time it cannot parse as none.
+    /// number of seconds, and reads a time it cannot parse, or could not write (past 9999), as none.
     #[serde(with = "unix_time", default)]
     pub updated_at: Option<u64>,
     #[serde(rename = "state", default)]
@@ -106,7 +106,7 @@ impl Status {
     }
 
     /// Reads a status file (any job's: the caller checks `job_id`).
-    pub(crate) fn from_json(text: &str) -> Result<Status, String> {
+    pub fn from_json(text: &str) -> Result<Status, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     }
 }
@@ -124,7 +124,8 @@ fn parse_rfc3339(text: &str) -> Option<u64> {
     u64::try_from(at.unix_timestamp()).ok()
 }
 
-/// `updated_at`: written as RFC 3339; read from RFC 3339 or a number of seconds.
+/// `updated_at`: written as RFC 3339; read from RFC 3339 or a number of seconds that can be written
+/// back (a later one would make [`Status::to_json`] fail).
 mod unix_time {
     use serde::{de::IgnoredAny, ser::Error, Deserialize, Deserializer, Serializer};
 
@@ -147,7 +148,7 @@ mod unix_time {
             Other(IgnoredAny),
         }
         Ok(match Time::deserialize(d)? {
-            Time::Unix(unix) => Some(unix),
+            Time::Unix(unix) => Some(unix).filter(|&unix| super::rfc3339(unix).is_some()),
             Time::Text(text) => super::parse_rfc3339(&text),
             Time::Other(_) => None,
         })
@@ -256,5 +257,11 @@ mod tests {
         assert_eq!(read("\"2026-02-31T00:00:00Z\""), None);
         assert_eq!(read("null"), None);
         assert_eq!(read("true"), None);
+        // Past year 9999: no RFC 3339 time to write it back as (found by fuzzing: to_json panicked).
+        assert_eq!(read("253402300799"), Some(253_402_300_799));
+        assert_eq!(read("253402300800"), None);
+        assert_eq!(read("17996018777996018770"), None);
+        let status = Status::from_json("{\"job_id\":4,\"updated_at\":17996018777996018770}").unwrap();
+        assert_eq!(Status::from_json(&status.to_json()), Ok(status));
     }
 }
