@@ -6,7 +6,7 @@
 //! ended by `\n` alone as written: a `\r` belongs to the value).
 #![no_main]
 
-use gmq_node::runtime::NodeFacts;
+use gmq_core::node_files::NodeFacts;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -6,9 +6,10 @@
 //! Layers point down only. From the bottom:
 //!
 //! 1. **Values**: `size`, `request`, `batch`, `record` (the AdminComment format), `json_number`,
-//!    `job_env`, `dir_rule` (the one rule for a directory root is handed).
+//!    `job_env`, `dir_rule` (the one rule for a directory root is handed), `node_files` (the runtime
+//!    directory's names and file formats).
 //! 2. **Policy and decisions**: `config` (with the `[preemption]` settings), `plugin_args`,
-//!    `hints`, `quota`, `admission`, `predict`; `slurm_text` (what Slurm's commands print, read).
+//!    `hints`, `quota`, `admission`, `step` (what a job step gets on a node), `predict`; `slurm_text` (what Slurm's commands print, read).
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod dir_rule;
 pub mod hints;
 pub mod job_env;
 pub mod json_number;
+pub mod node_files;
 pub mod plugin_args;
 pub mod predict;
 pub mod quota;
@@ -26,3 +28,4 @@ pub mod record;
 pub mod request;
 pub mod size;
 pub mod slurm_text;
+pub mod step;

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use gmq_core::admission::{self, Policy};
 use gmq_core::config::{self, OnConfigError};
+use gmq_core::node_files::NodeFacts;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_core::slurm_text::JobRecord;
-use gmq_node::runtime::NodeFacts;
-use gmq_node::step::{self, Step, StepDecision, StepSources, BATCH_STEP};
+use gmq_core::step::{self, Step, StepDecision, StepSources, BATCH_STEP};
 
 const GPU_TOTAL: ByteSize = ByteSize::from_bytes(80 << 30);
 

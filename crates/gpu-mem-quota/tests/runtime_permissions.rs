@@ -8,6 +8,7 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::{Command, Output};
 
+use gmq_core::node_files;
 use gmq_node::runtime;
 use gmq_node::textfile::{self, Access};
 
@@ -56,8 +57,9 @@ fn watched_jobs(runtime_dir: &Path) {
         };
         runtime::write_pid_file(&dir, me).unwrap();
         let status = status_json(job);
-        textfile::write_atomically_as(&dir, runtime::STATUS_FILE, &status, Access::readable_by(uid)).unwrap();
-        textfile::write_atomically_as(&dir, runtime::RECORD_FILE, "gmq1 ...", Access::ROOT_ONLY).unwrap();
+        textfile::write_atomically_as(&dir, node_files::STATUS_FILE, &status, Access::readable_by(uid))
+            .unwrap();
+        textfile::write_atomically_as(&dir, node_files::RECORD_FILE, "gmq1 ...", Access::ROOT_ONLY).unwrap();
     }
 }
 
@@ -74,18 +76,22 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
     watched_jobs(&runtime_dir);
 
     // The modes and owners, as root sees them.
-    let jobs = runtime::jobs_dir(&runtime_dir);
+    let jobs = node_files::jobs_dir(&runtime_dir);
     assert_eq!(owner_mode(&runtime_dir), (0, 0, 0o755));
     assert_eq!(owner_mode(&jobs), (0, 0, 0o711));
     for job in [101, 102] {
-        let dir = runtime::job_dir(&runtime_dir, job);
+        let dir = node_files::job_dir(&runtime_dir, job);
         assert_eq!(owner_mode(&dir), (0, 0, 0o711), "job {job}");
         assert_eq!(
-            owner_mode(&dir.join(runtime::STATUS_FILE)),
+            owner_mode(&dir.join(node_files::STATUS_FILE)),
             (0, 0, 0o440),
             "job {job}"
         );
-        for name in [runtime::RECORD_FILE, runtime::PID_FILE, runtime::LOCK_FILE] {
+        for name in [
+            node_files::RECORD_FILE,
+            node_files::PID_FILE,
+            node_files::LOCK_FILE,
+        ] {
             assert_eq!(owner_mode(&dir.join(name)), (0, 0, 0o600), "job {job} {name}");
         }
         // Nothing else: every temporary was renamed.
@@ -94,17 +100,17 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
 
     // The attacks, as gmq-user.
     let path = |job: u32, name: &str| {
-        runtime::job_dir(&runtime_dir, job)
+        node_files::job_dir(&runtime_dir, job)
             .join(name)
             .display()
             .to_string()
     };
-    let own = as_user(&["cat", &path(101, runtime::STATUS_FILE)]);
+    let own = as_user(&["cat", &path(101, node_files::STATUS_FILE)]);
     assert!(own.status.success(), "{own:?}");
     assert_eq!(String::from_utf8_lossy(&own.stdout), status_json(101));
     // G4: the user reads their status file but cannot make it writable, nor keep it open for
     // writing, to fill the runtime filesystem through the inode once a new file replaces it.
-    let status = path(101, runtime::STATUS_FILE);
+    let status = path(101, node_files::STATUS_FILE);
     for attack in [
         vec!["chmod", "600", status.as_str()],
         vec!["sh", "-c", "exec 3>>\"$0\"", status.as_str()],
@@ -114,10 +120,10 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
     }
     assert_eq!(owner_mode(Path::new(&status)), (0, 0, 0o440));
     for (job, name) in [
-        (102, runtime::STATUS_FILE),
-        (101, runtime::RECORD_FILE),
-        (102, runtime::RECORD_FILE),
-        (101, runtime::PID_FILE),
+        (102, node_files::STATUS_FILE),
+        (101, node_files::RECORD_FILE),
+        (102, node_files::RECORD_FILE),
+        (101, node_files::PID_FILE),
     ] {
         let out = as_user(&["cat", &path(job, name)]);
         assert!(
@@ -129,7 +135,7 @@ fn a_user_reads_their_own_status_and_nothing_else_of_any_job() {
             "{out:?}"
         );
     }
-    for dir in [jobs.clone(), runtime::job_dir(&runtime_dir, 101)] {
+    for dir in [jobs.clone(), node_files::job_dir(&runtime_dir, 101)] {
         let out = as_user(&["ls", &dir.display().to_string()]);
         assert!(
             !out.status.success(),

@@ -5,9 +5,8 @@
 //! Layers point down only: a module uses modules of its own layer or below, never above, and the
 //! `crate::` imports have no cycle (a shared piece lives below both of its users). From the bottom:
 //!
-//! 1. **Pure, still here** (they read types of the edges below): `argv` (the command-line parser),
-//!    `step` (what a job step gets on a node), `metrics` (the textfile's format), `preempt`'s victim
-//!    choice, and `slurmctl`'s readers of squeue's output.
+//! 1. **Pure, still here**: `argv` (the command-line parser), `metrics` (the textfile's format),
+//!    `preempt`'s victim choice, `launch`'s parameters.
 //! 2. **Node and Slurm edges**, I/O: `trusted_dir`, `textfile`, `runtime`, `attribute`, `passwd`,
 //!    `slurmctl` (Slurm's commands), `preempt` (the node registry).
 //! 3. **The job in slurmctld and the watchdog's interface**: `controller` (read the job, keep its
@@ -26,7 +25,6 @@ pub mod passwd;
 pub mod preempt;
 pub mod runtime;
 pub mod slurmctl;
-pub mod step;
 pub mod textfile;
 pub mod trusted_dir;
 

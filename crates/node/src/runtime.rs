@@ -14,7 +14,7 @@
 //!     watchdog.pid                    root 0600, "<pid> <start time>" of that watchdog
 //!     facts                           root 0440 with the ACL entry user:<job's uid>:r--: the job's
 //!                                     facts on this node from slurmctld's record, as the watchdog
-//!                                     read it once at its start ([`NodeFacts`]), for the job's srun
+//!                                     read it once at its start (gmq-core's `node_files::NodeFacts`), for the job's srun
 //!                                     steps, which would otherwise each ask slurmctld again
 //!     record                          root 0600, the watchdog's record entry so far (AdminComment
 //!                                     format) while the AdminComment lacks it as it is now, read
@@ -24,7 +24,8 @@
 //!                                     line, written by every watchdog that loads NVML, read by the
 //!                                     plugin (no NVML there), also in the job's task
 //! ```
-//! Only root writes here; a user reads their own job's status file and nothing else of any job.
+//! The names and formats are gmq-core's (`node_files`); this module does the I/O. Only root
+//! writes here; a user reads their own job's status file and nothing else of any job.
 //! Directories are opened `O_DIRECTORY|O_NOFOLLOW` and checked on the descriptor, children are made
 //! relative to it: nothing is ever created by following a symlink.
 
@@ -35,28 +36,7 @@ use std::path::{Path, PathBuf};
 
 use crate::attribute::ProcessIdentity;
 use crate::trusted_dir::TrustedDir;
-
-pub const STATUS_FILE: &str = "status.json";
-pub const LOCK_FILE: &str = "watchdog.lock";
-pub const PID_FILE: &str = "watchdog.pid";
-pub const INVENTORY_FILE: &str = "gpus";
-/// The watchdog's latest record entry for this node and run (our AdminComment format), which the
-/// plugin writes into the job's AdminComment when the batch script ends, while slurmctld still
-/// accepts updates.
-pub const RECORD_FILE: &str = "record";
-pub const FACTS_FILE: &str = "facts";
-
-pub fn jobs_dir(runtime_dir: &Path) -> PathBuf {
-    runtime_dir.join("jobs")
-}
-
-pub fn job_dir(runtime_dir: &Path, job_id: u32) -> PathBuf {
-    jobs_dir(runtime_dir).join(job_id.to_string())
-}
-
-pub fn status_file(runtime_dir: &Path, job_id: u32) -> PathBuf {
-    job_dir(runtime_dir, job_id).join(STATUS_FILE)
-}
+use gmq_core::node_files::{job_dir, NodeFacts, FACTS_FILE, INVENTORY_FILE, LOCK_FILE, PID_FILE};
 
 /// The mode of `<runtime_dir>` when we make it.
 const RUNTIME_DIR_MODE: u32 = 0o755;
@@ -145,59 +125,6 @@ pub fn gpu_total(runtime_dir: &Path, gpus: &[String]) -> Option<u64> {
         .min()
 }
 
-/// What slurmctld's record says of the job on this node, that the job credential does not: read
-/// by the watchdog once, at its start, and kept in [`FACTS_FILE`] for the job's srun steps (whose
-/// environment the user's srun built). Names of accounts, partitions and QOS are the admin's; an
-/// empty one is unknown.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeFacts {
-    pub account: String,
-    pub partition: String,
-    pub qos: String,
-    /// The job's `gres/shard` count on this node; `None`: slurmctld's record did not say.
-    pub shards: Option<u64>,
-}
-
-impl NodeFacts {
-    const KEYS: [&'static str; 4] = ["account", "partition", "qos", "shards"];
-
-    /// One `key=value` line each, in [`NodeFacts::KEYS`] order.
-    pub fn render(&self) -> String {
-        let shards = self.shards.map_or(String::new(), |n| n.to_string());
-        let values = [&self.account, &self.partition, &self.qos, &shards];
-        Self::KEYS
-            .iter()
-            .zip(values)
-            .map(|(key, value)| format!("{key}={value}\n"))
-            .collect()
-    }
-
-    /// The text [`NodeFacts::render`] wrote; anything else (a key missing, twice, unknown, out of
-    /// order, a count that is not one) is `None`, and the facts are asked of slurmctld instead.
-    /// Lines end at `\n` alone, as written: a value's own `\r` is kept.
-    pub fn parse(text: &str) -> Option<NodeFacts> {
-        let mut lines = text.strip_suffix('\n').unwrap_or(text).split('\n');
-        let mut values = Self::KEYS.iter().map(|key| {
-            let (k, value) = lines.next()?.split_once('=')?;
-            (k == *key).then_some(value)
-        });
-        let mut next = || values.next().flatten();
-        let (account, partition, qos, shards) = (next()?, next()?, next()?, next()?);
-        if lines.next().is_some() {
-            return None;
-        }
-        Some(NodeFacts {
-            account: account.to_string(),
-            partition: partition.to_string(),
-            qos: qos.to_string(),
-            shards: match shards {
-                "" => None,
-                n => Some(n.parse().ok()?),
-            },
-        })
-    }
-}
-
 /// Job `job_id`'s [`NodeFacts`] as its watchdog kept them; `None` when there are none (no watchdog
 /// here yet, or it could not read the job's record).
 pub fn read_node_facts(runtime_dir: &Path, job_id: u32) -> Option<NodeFacts> {
@@ -208,38 +135,6 @@ pub fn read_node_facts(runtime_dir: &Path, job_id: u32) -> Option<NodeFacts> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn node_facts_read_back_what_was_written_and_nothing_else() {
-        let facts = NodeFacts {
-            account: "physics".into(),
-            partition: "gpu".into(),
-            qos: String::new(),
-            shards: Some(8),
-        };
-        assert_eq!(facts.render(), "account=physics\npartition=gpu\nqos=\nshards=8\n");
-        assert_eq!(NodeFacts::parse(&facts.render()), Some(facts.clone()));
-        let unknown = NodeFacts {
-            shards: None,
-            ..facts
-        };
-        assert_eq!(NodeFacts::parse(&unknown.render()), Some(unknown.clone()));
-        // A value ending in `\r` reads back whole (found by fuzzing: `str::lines` dropped it).
-        let carriage = NodeFacts {
-            account: "physics\r".into(),
-            ..unknown
-        };
-        assert_eq!(NodeFacts::parse(&carriage.render()), Some(carriage));
-        for bad in [
-            "",
-            "account=a\npartition=p\nqos=q\n",
-            "partition=p\naccount=a\nqos=q\nshards=1\n",
-            "account=a\npartition=p\nqos=q\nshards=x\n",
-            "account=a\npartition=p\nqos=q\nshards=1\nshards=2\n",
-        ] {
-            assert_eq!(NodeFacts::parse(bad), None, "{bad:?}");
-        }
-    }
 
     #[test]
     fn inventory_sizes() {

@@ -25,7 +25,7 @@ use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_node::attribute::{same_process, signal, sweep_leftovers, LeftoverOutcome};
-use gmq_node::launch::{self, spawn, Params};
+use gmq_node::launch::{spawn, Params};
 use gmq_node::preempt::registry;
 use gmq_node::runtime;
 
@@ -46,7 +46,7 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
     let Some(gpus) = slurmd_var("SLURM_JOB_GPUS").filter(|g| g != "NoDevFiles") else {
         return Ok(());
     };
-    let gpus = launch::parse_gpu_list(&gpus).unwrap_or_default();
+    let gpus = gmq_core::job_env::parse_gpu_list(&gpus).unwrap_or_default();
     let args = parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())?;
     let policy = config::load_for_job(&args.config, args.on_config_error);
     let config = match &policy {

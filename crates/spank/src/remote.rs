@@ -20,12 +20,14 @@ use std::sync::Mutex;
 use super::handle::Spank;
 use super::{log, options};
 use gmq_core::config;
+use gmq_core::node_files;
+use gmq_core::node_files::NodeFacts;
 use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
 use gmq_core::slurm_text::JobRecord;
+use gmq_core::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
 use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller, SlurmController};
-use gmq_node::runtime::{self, NodeFacts};
+use gmq_node::runtime;
 use gmq_node::slurmctl::SlurmTools;
-use gmq_node::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
 
 /// What `user_init` decided for this step; every task child inherits it (they are forks).
 #[derive(Clone)]
@@ -208,7 +210,7 @@ pub(super) fn exit(spank: &Spank) -> Result<(), String> {
 /// while slurmctld still accepts updates (once the job completes it refuses them). Quick and
 /// bounded: one attempt each, two seconds at most; a failure is logged, the job is not held up.
 fn record_at_job_end(job: u32, runtime_dir: &Path) {
-    let path = runtime::job_dir(runtime_dir, job).join(runtime::RECORD_FILE);
+    let path = node_files::job_dir(runtime_dir, job).join(node_files::RECORD_FILE);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return;
     };

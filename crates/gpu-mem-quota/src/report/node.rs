@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::format::{human_size, percent, table};
 use crate::watchdog::status::{GpuStatus, JobHealth, Status};
-use gmq_node::runtime;
+use gmq_core::node_files;
 
 /// The most bytes read from a status file: a real one is well under 4 KiB per GPU.
 const MAX_STATUS_BYTES: u64 = 1 << 20;
@@ -59,7 +59,7 @@ pub fn parse_status(job_id: u32, text: &str) -> Result<Status, String> {
 /// report directories that could not be read (for root, to whom that is a fault).
 pub fn read_node(runtime_dir: &Path, count_unreadable: bool) -> io::Result<NodeStatus> {
     let mut node = NodeStatus::default();
-    let listing = match std::fs::read_dir(runtime::jobs_dir(runtime_dir)) {
+    let listing = match std::fs::read_dir(node_files::jobs_dir(runtime_dir)) {
         Ok(listing) => listing,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(node),
         Err(e) => return Err(e),
@@ -85,7 +85,7 @@ pub fn read_node(runtime_dir: &Path, count_unreadable: bool) -> io::Result<NodeS
 /// a file the caller may not read is left out too.
 pub(crate) fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStatus> {
     let mut node = NodeStatus::default();
-    match std::fs::metadata(runtime::jobs_dir(runtime_dir)) {
+    match std::fs::metadata(node_files::jobs_dir(runtime_dir)) {
         Ok(_) => node.present = true,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(node),
         Err(e) => return Err(e),
@@ -94,7 +94,7 @@ pub(crate) fn read_jobs(runtime_dir: &Path, jobs: &[u32]) -> io::Result<NodeStat
     jobs.sort_unstable();
     jobs.dedup();
     for job_id in jobs {
-        if !runtime::job_dir(runtime_dir, job_id).is_dir() {
+        if !node_files::job_dir(runtime_dir, job_id).is_dir() {
             continue;
         }
         // Not the caller's to read: left out.
@@ -129,7 +129,7 @@ pub(crate) fn jobs_of_user(proc_root: &Path, cgroup_root: &Path, uid: u32) -> Ve
 
 /// Adds job `job_id`'s status (or why it has none) to `node`; false when the caller may not read it.
 fn read_status_into(node: &mut NodeStatus, runtime_dir: &Path, job_id: u32) -> bool {
-    match read_capped(&runtime::status_file(runtime_dir, job_id)) {
+    match read_capped(&node_files::status_file(runtime_dir, job_id)) {
         Ok(text) => match parse_status(job_id, &text) {
             Ok(status) => node.jobs.push(status),
             Err(why) => node.broken.push((job_id, why)),

@@ -14,6 +14,7 @@ use super::gpu::GpuSample;
 use super::shared_record::{count_action, record_first, Recorded};
 use super::{unix_now, Reporter};
 use gmq_core::config::Action;
+use gmq_core::node_files;
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
 use gmq_node::attribute::{self, ProcessIdentity};
@@ -315,7 +316,7 @@ impl Contender {
         let why = format!("{why} (acting for job {}, whose watchdog is gone)", victim.job_id);
         // What the dead watchdog last recorded of the run (its record file outlives it).
         let so_far = std::fs::read_to_string(
-            gmq_node::runtime::job_dir(&self.runtime_dir, victim.job_id).join(gmq_node::runtime::RECORD_FILE),
+            node_files::job_dir(&self.runtime_dir, victim.job_id).join(node_files::RECORD_FILE),
         )
         .ok()
         .and_then(|text| record::parse(&text).ok().flatten())

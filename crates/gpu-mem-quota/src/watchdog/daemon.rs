@@ -22,6 +22,7 @@ use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
 use gmq_core::admission;
 use gmq_core::config;
+use gmq_core::node_files;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_node::attribute::{self, ProcessIdentity};
@@ -151,7 +152,7 @@ impl Reporter for LogReporter {
         }
         let access = textfile::Access::readable_by(self.status_reader);
         if let Err(e) =
-            textfile::write_atomically_as(&self.dir, runtime::STATUS_FILE, &status.to_json(), access)
+            textfile::write_atomically_as(&self.dir, node_files::STATUS_FILE, &status.to_json(), access)
         {
             self.log.error(&format!(
                 "cannot write the status file in {}: {e}",
@@ -272,14 +273,15 @@ impl Daemon {
         }
         // Kept for the job's srun steps, so that they need not each ask slurmctld again.
         if let Ok(record) = &record {
-            let facts = runtime::NodeFacts {
+            let facts = node_files::NodeFacts {
                 account: record.account.clone(),
                 partition: record.partition.clone(),
                 qos: record.qos.clone(),
                 shards: record.shards_on(&node),
             };
             let access = textfile::Access::readable_by(params.uid);
-            if let Err(e) = textfile::write_atomically_as(&dir, runtime::FACTS_FILE, &facts.render(), access)
+            if let Err(e) =
+                textfile::write_atomically_as(&dir, node_files::FACTS_FILE, &facts.render(), access)
             {
                 log.error(&format!("cannot keep the job's facts in {}: {e}", dir.display()));
             }
@@ -541,11 +543,11 @@ impl Daemon {
         let kept = match &unrecorded {
             Some(text) => textfile::write_atomically_as(
                 &self.dir,
-                runtime::RECORD_FILE,
+                node_files::RECORD_FILE,
                 text,
                 textfile::Access::ROOT_ONLY,
             ),
-            None => textfile::remove(&self.dir, runtime::RECORD_FILE),
+            None => textfile::remove(&self.dir, node_files::RECORD_FILE),
         };
         if let Err(e) = kept {
             self.reporter
@@ -665,7 +667,7 @@ fn take_job_lock(
         Err(e) => {
             log.error(&format!(
                 "cannot create the job's runtime directory {}: {e}; the job runs unwatched",
-                runtime::job_dir(&settings.runtime_dir, job_id).display()
+                node_files::job_dir(&settings.runtime_dir, job_id).display()
             ));
             return Err(ExitCode::FAILURE);
         }
@@ -932,7 +934,7 @@ fn write_inventory(runtime_dir: &Path, source: &NvmlSource, report: &mut LogRepo
         .iter()
         .map(|(index, uuid, total)| format!("{index} {uuid} {total}\n"))
         .collect();
-    if let Err(e) = textfile::write_atomically(runtime_dir, runtime::INVENTORY_FILE, &text) {
+    if let Err(e) = textfile::write_atomically(runtime_dir, node_files::INVENTORY_FILE, &text) {
         report.warning(&format!("cannot write the GPU inventory: {e}"));
     }
 }

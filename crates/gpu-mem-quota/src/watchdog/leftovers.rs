@@ -18,9 +18,9 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use gmq_core::node_files;
 use gmq_node::metrics;
 use gmq_node::preempt::registry::{Registry, REGISTRY_DIR};
-use gmq_node::runtime;
 use gmq_node::textfile;
 use gmq_node::trusted_dir::TrustedDir;
 
@@ -35,7 +35,7 @@ const STALE_TEMPORARY: Duration = Duration::from_secs(60);
 /// why; the sweep goes on with the others.
 pub fn sweep(runtime_dir: &Path, metrics_dir: Option<&Path>) -> (Vec<String>, Vec<String>) {
     let (mut removed, mut errors) = (Vec::new(), Vec::new());
-    let gone = |job: u32| !runtime::job_dir(runtime_dir, job).exists();
+    let gone = |job: u32| !node_files::job_dir(runtime_dir, job).exists();
     if let Some(dir) = metrics_dir {
         // Refused unless a real directory of root's that no one else can write (gmq_node::trusted_dir).
         match TrustedDir::open(dir).and_then(|open| metrics_files(dir).map(|files| (open, files))) {
@@ -54,7 +54,7 @@ pub fn sweep(runtime_dir: &Path, metrics_dir: Option<&Path>) -> (Vec<String>, Ve
     }
     match TrustedDir::open(runtime_dir) {
         Ok(open) => {
-            let ours = |target: &str| target == runtime::INVENTORY_FILE;
+            let ours = |target: &str| target == node_files::INVENTORY_FILE;
             sweep_temporaries(&open, &ours, &mut removed, &mut errors);
         }
         // No runtime directory: nothing was ever left here, and the sweep creates nothing.

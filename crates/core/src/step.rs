@@ -13,15 +13,14 @@ use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::launch;
-use crate::runtime::{self, NodeFacts};
-use gmq_core::admission::{self, NodeVerdict, Policy};
-use gmq_core::config;
-use gmq_core::hints;
-use gmq_core::job_env;
-use gmq_core::quota::Identity;
-use gmq_core::size::ByteSize;
-use gmq_core::slurm_text::JobRecord;
+use crate::admission::{self, NodeVerdict, Policy};
+use crate::config;
+use crate::hints;
+use crate::job_env;
+use crate::node_files::{self, NodeFacts};
+use crate::quota::Identity;
+use crate::size::ByteSize;
+use crate::slurm_text::JobRecord;
 
 /// Slurm's step id for the batch step (slurm.h: `SLURM_BATCH_SCRIPT`).
 pub const BATCH_STEP: u32 = 0xffff_fffb;
@@ -116,7 +115,7 @@ pub fn decide_step(step: &Step, sources: &impl StepSources) -> StepDecision {
     StepDecision {
         status_file: usable
             .filter(|_| gpus.is_some())
-            .map(|config| runtime::status_file(&config.enforcement.runtime_dir, step.job_id)),
+            .map(|config| node_files::status_file(&config.enforcement.runtime_dir, step.job_id)),
         tuning: usable.map(|config| Tuning {
             frameworks: config.frameworks.clone(),
             hints: config.hints.clone(),
@@ -217,7 +216,7 @@ fn job_gpus(step: &Step, sources: &impl StepSources) -> Option<Vec<String>> {
         .iter()
         .filter_map(|name| sources.env(name))
         .find(|value| !value.is_empty() && value != "NoDevFiles")?;
-    Some(launch::parse_gpu_list(&value).unwrap_or_default())
+    Some(job_env::parse_gpu_list(&value).unwrap_or_default())
 }
 
 /// A line for slurmstepd's log.
@@ -261,7 +260,7 @@ pub fn restart_hints(
     let Some(last_event) = hints::restart_event(&previous, quota, gpu_total, tuning.hints.near_margin) else {
         return (Vec::new(), Vec::new());
     };
-    let batch = batch_option.and_then(|value| gmq_core::batch::parse_batch_option(value).ok());
+    let batch = batch_option.and_then(|value| crate::batch::parse_batch_option(value).ok());
     let advice = hints::restart_hints(&hints::HintInputs {
         restarts: previous.restarts,
         last_event,
@@ -345,8 +344,8 @@ fn framework_caps(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gmq_core::config::{parse, LoadError, OnConfigError, Unusable};
-    use gmq_core::slurm_text::{JobEnd, JobState};
+    use crate::config::{parse, LoadError, OnConfigError, Unusable};
+    use crate::slurm_text::{JobEnd, JobState};
     use std::cell::Cell;
 
     const GIB: u64 = 1 << 30;
