@@ -6,7 +6,7 @@
 //! renders the same again.
 #![no_main]
 
-use gmq_node::preempt::registry::Entry;
+use gmq_node::preempt_registry::Entry;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -5,7 +5,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use gmq_core::config::{self, render, Config};
-use gmq_node::preempt::{AfterMax, PreemptSettings, RankKind, Ranks};
+use gmq_core::preempt::{AfterMax, PreemptSettings, RankKind, Ranks};
 
 #[path = "../../core/tests/common/config_errors.rs"]
 mod config_errors;

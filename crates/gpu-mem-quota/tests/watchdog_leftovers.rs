@@ -6,9 +6,9 @@ use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
 use gmq_commands::watchdog::leftovers;
+use gmq_core::preempt::Rank;
 use gmq_node::attribute::ProcessIdentity;
-use gmq_node::preempt::registry::{Entry, Registry};
-use gmq_node::preempt::Rank;
+use gmq_node::preempt_registry::{Entry, Registry};
 
 fn entry(job_id: u32) -> Entry {
     Entry {

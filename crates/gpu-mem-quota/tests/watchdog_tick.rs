@@ -825,7 +825,7 @@ fn the_gpu_is_named_by_the_nodes_number_in_metrics_record_and_status() {
         &mut slurm,
         &mut lines,
     );
-    let metrics = gmq_node::metrics::render(&watchdog.metrics("alice"));
+    let metrics = gmq_core::metrics::render(&watchdog.metrics("alice"));
     assert!(metrics.contains("gpu=\"3\""), "{metrics}");
     assert!(!metrics.contains("gpu=\"0\""), "{metrics}");
     let record = watchdog.record_text().unwrap();

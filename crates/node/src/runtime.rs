@@ -19,7 +19,7 @@
 //!     record                          root 0600, the watchdog's record entry so far (AdminComment
 //!                                     format) while the AdminComment lacks it as it is now, read
 //!                                     by the plugin (root) when the batch script ends
-//! <runtime_dir>/registry/             root 0700, the preemption registry (crate::preempt::registry)
+//! <runtime_dir>/registry/             root 0700, the preemption registry (crate::preempt_registry)
 //! <runtime_dir>/gpus                  root 0644, the node's GPUs, "<index> <uuid> <total bytes>" per
 //!                                     line, written by every watchdog that loads NVML, read by the
 //!                                     plugin (no NVML there), also in the job's task

@@ -8,8 +8,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
+use gmq_core::metrics::{render, GpuMetrics, JobMetrics};
 use gmq_core::record::{EventCounts, EventKind};
-use gmq_node::metrics::{render, GpuMetrics, JobMetrics};
 use serde_json::Value;
 
 const GIB: u64 = 1 << 30;

@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use gmq_core::metrics::{render, GpuMetrics, JobMetrics};
 use gmq_core::record::{EventCounts, EventKind};
-use gmq_node::metrics::{render, GpuMetrics, JobMetrics};
 
 const GIB: u64 = 1 << 30;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gmq_core::config::Action;
-use gmq_node::preempt::{decide, Decision, GpuCooldown, GpuSnapshot, JobOnGpu, PreemptSettings, Rank};
+use gmq_core::preempt::{decide, Decision, GpuCooldown, GpuSnapshot, JobOnGpu, PreemptSettings, Rank};
 
 const G: u64 = 1 << 30;
 const T0: u64 = 1_700_000_000;
@@ -171,7 +171,7 @@ fn a_long_oscillation_ends_instead_of_looping() {
 fn leave_alone_after_the_cap_passes_the_turn_up_the_line() {
     let settings = PreemptSettings {
         cooldown: Duration::from_secs(60),
-        after_max: gmq_node::preempt::AfterMax::LeaveAlone,
+        after_max: gmq_core::preempt::AfterMax::LeaveAlone,
         ..PreemptSettings::default()
     };
     let (preempted, _) = simulate(&settings, 3600);

@@ -6,10 +6,10 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gmq_core::preempt::cooldown::Preemption;
+use gmq_core::preempt::{GpuCooldown, Rank};
 use gmq_node::attribute::{identify, ProcessIdentity};
-use gmq_node::preempt::cooldown::Preemption;
-use gmq_node::preempt::registry::{ActedBy, DeadClaim, Entry, GpuRef, Registry};
-use gmq_node::preempt::{GpuCooldown, Rank};
+use gmq_node::preempt_registry::{ActedBy, DeadClaim, Entry, GpuRef, Registry};
 
 const NOW: u64 = 1_700_000_000;
 const TIMEOUT: Duration = Duration::from_secs(30);

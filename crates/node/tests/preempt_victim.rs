@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use gmq_core::config::values::parse_amount;
 use gmq_core::config::{Action, NonRequeueable};
-use gmq_node::preempt::cooldown::Preemption;
-use gmq_node::preempt::{
+use gmq_core::preempt::cooldown::Preemption;
+use gmq_core::preempt::{
     contention, decide, victim_order, AfterMax, CannotPreempt, Contention, Decision, GpuCooldown,
     GpuSnapshot, JobOnGpu, PreemptSettings, Rank, Skipped, Victim, Why,
 };

@@ -21,13 +21,14 @@ use super::handle::Spank;
 use super::{log, options};
 use gmq_core::admission;
 use gmq_core::config;
+use gmq_core::launch::Params;
 use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_node::attribute::{same_process, signal, sweep_leftovers, LeftoverOutcome};
-use gmq_node::launch::{spawn, Params};
-use gmq_node::preempt::registry;
+use gmq_node::preempt_registry;
 use gmq_node::runtime;
+use gmq_node::spawn;
 
 const PROC_ROOT: &str = "/proc";
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
@@ -197,9 +198,9 @@ fn stop_watchdog(job_id: u32, policy: &config::Config) {
             ));
             let _ = runtime::remove_job_dir(runtime_dir, job_id);
             if let Some(dir) = &policy.metrics.textfile_dir {
-                let _ = gmq_node::textfile::remove(dir, &gmq_node::metrics::file_name(job_id));
+                let _ = gmq_node::textfile::remove(dir, &gmq_core::metrics::file_name(job_id));
             }
-            if let Ok(Some(registry)) = registry::Registry::open_existing(runtime_dir) {
+            if let Ok(Some(registry)) = preempt_registry::Registry::open_existing(runtime_dir) {
                 let _ = registry.remove(job_id);
             }
         }

@@ -1,6 +1,6 @@
 //! The FFI edge: what Slurm's SPANK loader sees, and the only module that touches Slurm's pointers
 //! (the hooks' arguments, option values, `spank_get_item` results). Raw pointers and `unsafe`
-//! remain elsewhere only where no safe wrapper fits: `launch/spawn.rs` (the child after `fork`
+//! remain elsewhere only where no safe wrapper fits: `spawn.rs` (the child after `fork`
 //! inside slurmstepd, raw libc on purpose), `attribute/identity.rs` (pidfd signalling),
 //! `watchdog/hard_limit.rs` (the NVML setter nvml-wrapper has no binding for, loaded with
 //! libloading and called through its C signature), `watchdog/gpu.rs` (the raw NVML device handle

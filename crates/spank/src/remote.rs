@@ -20,13 +20,14 @@ use std::sync::Mutex;
 use super::handle::Spank;
 use super::{log, options};
 use gmq_core::config;
+use gmq_core::controller::{record_entry, AdminComment, ControlError, Controller};
 use gmq_core::node_files;
 use gmq_core::node_files::NodeFacts;
 use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
 use gmq_core::slurm_text::JobRecord;
 use gmq_core::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
-use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller, SlurmController};
 use gmq_node::runtime;
+use gmq_node::slurm_controller::SlurmController;
 use gmq_node::slurmctl::SlurmTools;
 
 /// What `user_init` decided for this step; every task child inherits it (they are forks).

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use super::args::{Opt, Parsed, Spec};
 use gmq_core::config::values::{after_max_name, format_duration, signal_name};
 use gmq_core::config::{self, Config, RuleKind};
+use gmq_core::preempt::{rank_of, JobPriority, RankKind};
 use gmq_core::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
 use gmq_core::size::{parse_size, ByteSize};
-use gmq_node::preempt::{rank_of, JobPriority, RankKind};
 
 const USAGE: &str = "\
 Usage: gpu-mem-quota check-config [PATH] [--print] [--slurm-conf PATH]
@@ -584,8 +584,8 @@ fn write_preemption(out: &mut String, config: &Config, who: &Identity) {
         None => "no rank names this job's QOS, partition or account".to_string(),
     };
     let after_max = match p.after_max {
-        gmq_node::preempt::AfterMax::Hold => "held",
-        gmq_node::preempt::AfterMax::LeaveAlone => "left alone",
+        gmq_core::preempt::AfterMax::Hold => "held",
+        gmq_core::preempt::AfterMax::LeaveAlone => "left alone",
     };
     let rows = [
         (

@@ -3,7 +3,7 @@
 //! in one [`args::Spec`].
 
 /// The argument parser, shared with the watchdog's command line (`launch::params`).
-pub(crate) use gmq_node::argv as args;
+pub(crate) use gmq_core::argv as args;
 mod check_config;
 mod plan;
 mod report;

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use super::args::Spec;
 use crate::watchdog::daemon;
-use gmq_node::launch::Params;
+use gmq_core::launch::Params;
 
 const HELP: &str = "\
 Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]

@@ -14,13 +14,14 @@ use super::gpu::GpuSample;
 use super::shared_record::{count_action, record_first, Recorded};
 use super::{unix_now, Reporter};
 use gmq_core::config::Action;
+use gmq_core::controller::{AdminComment, ControlError, Controller};
 use gmq_core::node_files;
+use gmq_core::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
 use gmq_node::attribute::{self, ProcessIdentity};
-use gmq_node::controller::{AdminComment, ControlError, Controller, SlurmController};
-use gmq_node::preempt::registry::{DeadClaim, Entry, GpuRef, Registry};
-use gmq_node::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
+use gmq_node::preempt_registry::{DeadClaim, Entry, GpuRef, Registry};
+use gmq_node::slurm_controller::SlurmController;
 
 /// What the watchdog knows of its job for the registry.
 pub(crate) struct JobFacts {
@@ -137,7 +138,7 @@ impl Contender {
                 .iter()
                 .map(|e| e.on_gpu(used_by.get(&e.job_id).copied().unwrap_or(0)))
                 .collect();
-            let snapshot = gmq_node::preempt::GpuSnapshot {
+            let snapshot = gmq_core::preempt::GpuSnapshot {
                 index: gpu.index,
                 total: gpu.total,
                 used: gpu.used,

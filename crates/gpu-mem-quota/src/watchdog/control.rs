@@ -1,5 +1,5 @@
 //! The real edge of the watchdog for process ownership, through `attribute` (its edge to Slurm is
-//! `gmq_node::controller::SlurmController`).
+//! `gmq_node::slurm_controller::SlurmController`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -22,15 +22,16 @@ use super::status::Status;
 use super::{backoff, Flow, Reporter, Watchdog};
 use gmq_core::admission;
 use gmq_core::config;
+use gmq_core::controller::{ControlError, Controller, JobState};
+use gmq_core::launch::Params;
 use gmq_core::node_files;
+use gmq_core::preempt::JobPriority;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_node::attribute::{self, ProcessIdentity};
-use gmq_node::controller::{ControlError, Controller, JobState, SlurmController};
-use gmq_node::launch::Params;
-use gmq_node::preempt::registry::GpuRef;
-use gmq_node::preempt::JobPriority;
+use gmq_node::preempt_registry::GpuRef;
 use gmq_node::runtime;
+use gmq_node::slurm_controller::SlurmController;
 use gmq_node::textfile;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -799,18 +800,18 @@ impl Metrics {
         });
         Metrics {
             dir,
-            name: gmq_node::metrics::file_name(job_id),
+            name: gmq_core::metrics::file_name(job_id),
             last: None,
         }
     }
 
-    fn write(&mut self, job: &gmq_node::metrics::JobMetrics, report: &mut LogReporter) {
+    fn write(&mut self, job: &gmq_core::metrics::JobMetrics, report: &mut LogReporter) {
         let Some(dir) = &self.dir else { return };
         if self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
             return;
         }
         self.last = Some(Instant::now());
-        if let Err(e) = textfile::write_atomically(dir, &self.name, &gmq_node::metrics::render(job)) {
+        if let Err(e) = textfile::write_atomically(dir, &self.name, &gmq_core::metrics::render(job)) {
             report.error(&format!(
                 "cannot write metrics to {}: {e}; metrics off for this job",
                 dir.display()

@@ -16,10 +16,10 @@ use std::time::Duration;
 use super::shared_record::{count_action, requeues_caused};
 use super::{unix_now, Reporter, Watchdog};
 use gmq_core::config::Action;
+use gmq_core::controller::{record_entry, AdminComment, ControlError, Controller};
 use gmq_core::record::EventKind;
 use gmq_core::size::ByteSize;
 use gmq_core::slurm_text::{JobEnd, JobState};
-use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller};
 
 /// How often the watchdog asks slurmctld how its job ended, after the run ended here, and how far
 /// apart: a minute at most (the batch step's end usually shows within a second).

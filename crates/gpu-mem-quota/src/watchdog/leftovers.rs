@@ -18,9 +18,9 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
+use gmq_core::metrics;
 use gmq_core::node_files;
-use gmq_node::metrics;
-use gmq_node::preempt::registry::{Registry, REGISTRY_DIR};
+use gmq_node::preempt_registry::{Registry, REGISTRY_DIR};
 use gmq_node::textfile;
 use gmq_node::trusted_dir::TrustedDir;
 

@@ -1,4 +1,4 @@
-//! The per-job watchdog: one process per job per node, started by the plugin (see `gmq_node::launch`).
+//! The per-job watchdog: one process per job per node, started by the plugin (see `gmq_core::launch`).
 //!
 //! Each interval: sample the job's GPUs (`gpu`), keep the processes that are provably the job's
 //! (`attribute`), track current/peak per GPU, feed the ladder (`ladder`), write the job's status
@@ -26,11 +26,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gmq_core::config::{Action, Enforcement, Prediction};
+use gmq_core::controller::{AdminComment, ControlError, Controller, RECORD_ATTEMPTS};
+use gmq_core::metrics::{GpuMetrics, JobMetrics};
 use gmq_core::predict::{self, PredictParams, Sample};
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
-use gmq_node::controller::{AdminComment, ControlError, Controller, RECORD_ATTEMPTS};
-use gmq_node::metrics::{GpuMetrics, JobMetrics};
 use gpu::{GpuSample, GpuSource};
 use ladder::{JobFacts, Ladder, Step};
 use shared_record::{count_action, record_first, requeues_caused, Recorded};

@@ -1,14 +1,14 @@
 //! The record of a job that several writers share: a multi-node job's nodes all merge their
 //! entries into one AdminComment, which Slurm can only replace whole. See docs/ACCOUNTING.md,
-//! "Who writes, and when". The merge itself is `gmq_node::controller::record_entry`, which the plugin
+//! "Who writes, and when". The merge itself is `gmq_core::controller::record_entry`, which the plugin
 //! uses too; here is when the watchdog writes, and the rule that an action is recorded first.
 
 use std::time::{Duration, Instant};
 
 use super::{Reporter, Watchdog};
 use gmq_core::config::Action;
+use gmq_core::controller::{record_entry, AdminComment, ControlError, Controller};
 use gmq_core::record::{self, EventKind};
-use gmq_node::controller::{record_entry, AdminComment, ControlError, Controller};
 
 /// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
 /// the job runs; and by how much (percent) its peak must have grown since the last time.
@@ -65,7 +65,7 @@ fn event_of(action: Action) -> EventKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Recorded {
     Written,
-    /// Written, then replaced by other writers each time (`gmq_node::controller::RECORD_ATTEMPTS`).
+    /// Written, then replaced by other writers each time (`gmq_core::controller::RECORD_ATTEMPTS`).
     Lost,
     /// The AdminComment cannot be read: it is left as it is, the action goes unrecorded.
     Unreadable,

@@ -5,8 +5,8 @@
 use gmq_commands::watchdog::status::Status;
 use gmq_commands::watchdog::Reporter;
 use gmq_core::config::Action;
+use gmq_core::controller::{AdminComment, ControlError, Controller, JobState};
 use gmq_core::slurm_text as slurmctl;
-use gmq_node::controller::{AdminComment, ControlError, Controller, JobState};
 
 /// A slurmctld with one running job; every write and action is listed in `calls`.
 #[derive(Default)]

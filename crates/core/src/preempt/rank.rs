@@ -10,7 +10,7 @@
 
 use std::fmt;
 
-pub use gmq_core::config::{RankKind, Ranks};
+pub use crate::config::{RankKind, Ranks};
 
 /// What slurmctld says about the job (through `squeue`), the only inputs to its rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

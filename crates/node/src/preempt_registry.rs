@@ -28,13 +28,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::cooldown::{GpuCooldown, Preemption};
-use super::rank::Rank;
-use super::victim::JobOnGpu;
 use crate::attribute::{same_process, ProcessIdentity};
 use crate::runtime;
 use crate::textfile::{self, Access};
 use crate::trusted_dir::TrustedDir;
+use gmq_core::preempt::cooldown::{GpuCooldown, Preemption};
+use gmq_core::preempt::victim::JobOnGpu;
+use gmq_core::preempt::Rank;
 
 pub const REGISTRY_DIR: &str = "registry";
 /// Only root reads the registry.

@@ -1,8 +1,8 @@
 //! [`Controller`] through Slurm's own commands (`slurmctl`: absolute paths, argv, timeouts, retries).
 
-use super::{AdminComment, ControlError, Controller, JobState};
 use crate::slurmctl::SlurmTools;
 use gmq_core::config::Action;
+use gmq_core::controller::{AdminComment, ControlError, Controller, JobState};
 use gmq_core::slurm_text::CtlError;
 
 /// The job's record and actions through squeue/scontrol/scancel.

@@ -2,20 +2,16 @@
 //!
 //! The watchdog decides through the [`Controller`] trait (tests drive it with a fake); the plugin
 //! writes a batch step's final record through the same code ([`record_entry`] over
-//! [`SlurmController`]), so that both write the record one way. [`ControlError`] says what a failure
+//! gmq-node's `SlurmController`), so that both write the record one way. [`ControlError`] says what a failure
 //! means for the caller: the job is gone (stop), slurmctld gave no usable answer (try again later),
 //! or slurmctld refused (log it).
 
-mod slurm;
-
 use std::fmt;
 
-use gmq_core::config::Action;
-use gmq_core::record;
-use gmq_core::slurm_text;
-use gmq_core::slurm_text::{CtlError, Refusal};
-
-pub use slurm::SlurmController;
+use crate::config::Action;
+use crate::record;
+use crate::slurm_text;
+use crate::slurm_text::{CtlError, Refusal};
 
 /// The watchdog's only way to Slurm: read its job, write its record, act on it.
 pub trait Controller {

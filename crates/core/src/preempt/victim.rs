@@ -26,8 +26,8 @@ use std::time::Duration;
 use super::cooldown::{protected_until, Gate, GpuCooldown};
 use super::rank::Rank;
 use super::{AfterMax, PreemptSettings};
-use gmq_core::config::{Action, NonRequeueable};
-use gmq_core::size::ByteSize;
+use crate::config::{Action, NonRequeueable};
+use crate::size::ByteSize;
 
 /// One GPU as the watchdogs see it.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use crate::argv::{Opt, Parsed};
-use gmq_core::size::ByteSize;
+use crate::size::ByteSize;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {
@@ -74,7 +74,7 @@ impl Params {
                     .map_err(|_| format!("--quota-bytes: '{text}' is not a number"))?,
             )),
         };
-        let gpus = gmq_core::job_env::parse_gpu_list(p.value("gpus").unwrap_or(""))?;
+        let gpus = crate::job_env::parse_gpu_list(p.value("gpus").unwrap_or(""))?;
         let config = PathBuf::from(p.value("config").ok_or("--config is required")?);
         if !config.is_absolute() {
             return Err("--config must be an absolute path".into());

@@ -1,14 +1,14 @@
 //! Prometheus metrics for node_exporter's textfile collector: one file per job on each node.
 //!
 //! Pure: figures in, exposition text out. The watchdog writes the text with
-//! [`crate::textfile::write_atomically`] under [`file_name`] and removes the file when the job ends.
+//! gmq-node's `textfile::write_atomically` under [`file_name`] and removes the file when the job ends.
 //! The node is not a label: node_exporter adds its own `instance`. Help texts are the same in every
 //! file, as the collector requires when it merges files, and no sample carries a timestamp (the
 //! collector refuses them). Every metric is listed in docs/ACCOUNTING.md.
 
 use std::fmt::Write as _;
 
-use gmq_core::record::{EventCounts, EventKind};
+use crate::record::{EventCounts, EventKind};
 
 /// What one job looks like on this node at one sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
