@@ -22,6 +22,19 @@ pub struct Identity {
 }
 
 impl Identity {
+    /// A job's identity: its user (from the job credential's uid), and the account, partition and
+    /// QOS as Slurm names them (slurmd's variables, slurmctld's record or the facts the watchdog
+    /// kept from it), where an empty name is one Slurm does not know.
+    pub fn named(user: &str, account: &str, partition: &str, qos: &str) -> Identity {
+        let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
+        Identity {
+            user: Some(user.to_string()),
+            account: known(account),
+            partition: known(partition),
+            qos: known(qos),
+        }
+    }
+
     /// The job's name of this kind, `None` when not known here; `Some("")` for
     /// [`RuleKind::Defaults`], which covers everyone.
     pub fn name(&self, kind: RuleKind) -> Option<&str> {

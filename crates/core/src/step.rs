@@ -137,21 +137,19 @@ fn identity<S: StepSources>(
     config: Option<&config::Config>,
     problems: &mut Vec<String>,
 ) -> Identity {
-    let mut who = Identity {
-        user: Some(step.user.clone()),
-        ..Identity::default()
-    };
+    let user_only = Identity::named(&step.user, "", "", "");
     if step.is_batch() {
-        let env = |name| slurmctld.sources.env(name).filter(|v: &String| !v.is_empty());
-        who.account = env("SLURM_JOB_ACCOUNT");
-        who.partition = env("SLURM_JOB_PARTITION");
-        who.qos = env("SLURM_JOB_QOS");
-        return who;
+        let env = |name| slurmctld.sources.env(name).unwrap_or_default();
+        let (account, partition, qos) = (
+            env("SLURM_JOB_ACCOUNT"),
+            env("SLURM_JOB_PARTITION"),
+            env("SLURM_JOB_QOS"),
+        );
+        return Identity::named(&step.user, &account, &partition, &qos);
     }
     let Some(config) = config.filter(|config| admission::depends_on_identity(config)) else {
-        return who;
+        return user_only;
     };
-    let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
     let (account, partition, qos) = match slurmctld.sources.node_facts(&config.enforcement.runtime_dir) {
         Some(facts) => (facts.account, facts.partition, facts.qos),
         None => match slurmctld.record() {
@@ -161,14 +159,11 @@ fn identity<S: StepSources>(
                     "cannot read the job's account, partition and QOS from slurmctld ({e}): the \
                      strictest cap that may apply is enforced"
                 ));
-                return who;
+                return user_only;
             }
         },
     };
-    who.account = known(&account);
-    who.partition = known(&partition);
-    who.qos = known(&qos);
-    who
+    Identity::named(&step.user, &account, &partition, &qos)
 }
 
 /// The job's `gres/shard` count on this node: in the batch step `SLURM_SHARDS_ON_NODE`, which

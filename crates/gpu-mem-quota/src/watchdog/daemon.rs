@@ -306,13 +306,7 @@ impl Daemon {
         // srun writes: held here to what slurmctld's record of the job allows.
         let quota = match (&record, &source) {
             (Ok(record), Some(source)) => {
-                let known = |s: &str| (!s.is_empty()).then(|| s.to_string());
-                let who = Identity {
-                    user: Some(user.clone()),
-                    account: known(&record.account),
-                    partition: known(&record.partition),
-                    qos: known(&record.qos),
-                };
+                let who = Identity::named(&user, &record.account, &record.partition, &record.qos);
                 let (quota, said) = admission::held_by_watchdog(
                     &policy,
                     params.quota,
