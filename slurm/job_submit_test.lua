@@ -1,4 +1,4 @@
--- Unit tests of slurm/job_submit.lua's decisions, run by crates/node/tests/job_submit_lua.rs (lua5.1, the Lua
+-- Unit tests of slurm/job_submit.lua's decisions, run by crates/node/tests/integration/job_submit_lua.rs (lua5.1, the Lua
 -- Debian's job_submit_lua.so links). Exits 1 on the first failure, naming it.
 
 local here = string.match(arg[0], "^(.*)/[^/]*$") or "."

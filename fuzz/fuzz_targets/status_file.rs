@@ -7,7 +7,7 @@
 #![no_main]
 
 use gmq_commands::report::parse_status;
-use gmq_commands::watchdog::status::Status;
+use gmq_core::watchdog::status::Status;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -38,3 +38,4 @@ pub mod request;
 pub mod size;
 pub mod slurm_text;
 pub mod step;
+pub mod watchdog;

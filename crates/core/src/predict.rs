@@ -21,7 +21,7 @@
 //!    (Sen's bound, from Kendall's variance). The time to the quota is
 //!    `(quota − level − spread) / rate`, and the warning fires when that is within `horizon`.
 //!
-//! Measured on the recorded-shape series of crates/core/tests/predict_series.rs (2 s sampling, 40 noise seeds
+//! Measured on the recorded-shape series of crates/core/tests/integration/predict_series.rs (2 s sampling, 40 noise seeds
 //! each): slow leaks of 3–20 MiB/s are first warned 316–658 s before the crossing (median 330–476 s)
 //! with the default 5 min horizon; flat saw-tooth series at 90 % of the quota (noisy, jittered,
 //! aliased with the sampling, with evaluation spikes to 95 %) never warn in two hours.

@@ -23,15 +23,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use gmq_commands::watchdog::control::ProcAttributor;
-use gmq_commands::watchdog::gpu::{GpuSource, NvmlSource};
-use gmq_commands::watchdog::status::Status;
-use gmq_commands::watchdog::{Attributor, Reporter, Watchdog};
+use gmq_commands::watchdog::gpu::NvmlSource;
 use gmq_core::config::Enforcement;
 use gmq_core::size::ByteSize;
+use gmq_core::watchdog::gpu::GpuSource;
+use gmq_core::watchdog::status::Status;
+use gmq_core::watchdog::{Attributor, Reporter, Watchdog};
+use gmq_node::attribute::ProcAttributor;
 
 // Slurm is never asked here: the sampled processes stay under the quota.
-#[path = "../tests/common/watchdog_fakes.rs"]
+#[path = "../../core/tests/integration/common/watchdog_fakes.rs"]
 mod watchdog_fakes;
 use watchdog_fakes::FakeSlurm;
 

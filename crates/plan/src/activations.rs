@@ -7,7 +7,7 @@
 //! (three matrices), grouped-query attention (narrower K and V), no dropout, fp32 or autocast
 //! precision, fp8 GEMM inputs, fused attention (no `as` score terms), and the implementation
 //! details of the framework (fp32 norm copies, `repeat_kv`). With those set to the paper's case
-//! the list adds up to exactly `34h + 5as` (crates/plan/tests/plan_activations.rs).
+//! the list adds up to exactly `34h + 5as` (crates/plan/tests/integration/plan_activations.rs).
 //!
 //! Tensor parallelism (size t) splits everything inside attention and MLP; the norm inputs, the
 //! first GEMM inputs and the dropout masks stay replicated unless sequence parallelism splits them
@@ -95,7 +95,7 @@ fn score_bytes(precision: Precision, dropout: bool, profile: &Profile) -> f64 {
 /// norm copies, SiLU, casts, transposes) instead of saving them. Which tensors it keeps is a
 /// decision of the partitioner, not of the model code, so this one constant is fitted: on
 /// torchtune's README row "+ Compile" (Llama 3.2 3B, batch 2, packed seq 4096, bf16: 60.0 ->
-/// 51.0 GiB peak active; crates/plan/tests/plan_validation.rs, a fitted row).
+/// 51.0 GiB peak active; crates/plan/tests/integration/plan_validation.rs, a fitted row).
 pub const COMPILE_ACTIVATION_SHARE: f64 = 0.74;
 
 /// Layers' worth of saved activations that stay on the GPU with activation offloading: the layer

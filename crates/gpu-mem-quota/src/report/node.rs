@@ -1,5 +1,5 @@
 //! `gpu-mem-quota status`: the jobs watched on this node, from their watchdogs' status files
-//! (`<runtime_dir>/jobs/<id>/status.json`, see crates/node/src/runtime.rs and crates/gpu-mem-quota/src/watchdog/status.rs).
+//! (`<runtime_dir>/jobs/<id>/status.json`, see crates/node/src/runtime.rs and crates/core/src/watchdog/status.rs).
 //!
 //! [`read_node`], [`read_jobs`] and [`jobs_of_user`] do the reading; everything else is pure.
 //! `jobs/` and each job's directory are root 0711 and a status file is root's, 0440, readable by its job's user through an ACL entry: root
@@ -16,8 +16,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::format::{human_size, percent, table};
-use crate::watchdog::status::{GpuStatus, JobHealth, Status};
 use gmq_core::node_files;
+use gmq_core::watchdog::status::{GpuStatus, JobHealth, Status};
 
 /// The most bytes read from a status file: a real one is well under 4 KiB per GPU.
 const MAX_STATUS_BYTES: u64 = 1 << 20;

@@ -10,15 +10,15 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::gpu::GpuSample;
-use super::shared_record::{count_action, record_first, Recorded};
-use super::{unix_now, Reporter};
 use gmq_core::config::Action;
 use gmq_core::controller::{AdminComment, ControlError, Controller};
 use gmq_core::node_files;
 use gmq_core::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
+use gmq_core::watchdog::gpu::GpuSample;
+use gmq_core::watchdog::shared_record::{count_action, record_first, Recorded};
+use gmq_core::watchdog::{unix_now, Reporter};
 use gmq_node::attribute::{self, ProcessIdentity};
 use gmq_node::preempt_registry::{DeadClaim, Entry, GpuRef, Registry};
 use gmq_node::slurm_controller::SlurmController;

@@ -54,6 +54,7 @@ mod cgroup;
 mod identity;
 mod job_cgroup;
 mod leftover;
+mod proc_attributor;
 mod procfs;
 mod step;
 mod stepd;
@@ -65,6 +66,7 @@ pub use cgroup::Level;
 pub use identity::{identify, same_process, signal, ProcessIdentity};
 pub use job_cgroup::{find_job_dir, job_active_on_node, job_cgroup, v2_mount, JobCgroup};
 pub use leftover::{sweep_leftovers, Leftover, LeftoverOutcome};
+pub use proc_attributor::ProcAttributor;
 pub use step::Step;
 
 use ancestry::{is_root_stepd, lineage, Lineage};

@@ -1,0 +1,194 @@
+//! The record of a job that several writers share: a multi-node job's nodes all merge their
+//! entries into one AdminComment, which Slurm can only replace whole. See docs/ACCOUNTING.md,
+//! "Who writes, and when". The merge itself is `crate::controller::record_entry`, which the plugin
+//! uses too; here is when the watchdog writes, and the rule that an action is recorded first.
+
+use std::time::{Duration, Instant};
+
+use super::{Reporter, Watchdog};
+use crate::config::Action;
+use crate::controller::{record_entry, AdminComment, ControlError, Controller};
+use crate::record::{self, EventKind};
+
+/// How often, at most, a watchdog of a multi-node job puts its entry into the AdminComment while
+/// the job runs; and by how much (percent) its peak must have grown since the last time.
+const RECORD_EVERY: Duration = Duration::from_secs(60);
+
+/// The longest pause between two tries of an AdminComment update that keeps failing.
+const RETRY_AT_MOST: Duration = Duration::from_secs(600);
+
+/// How long to wait before the next try after `failures` failed AdminComment updates in a row:
+/// 2 s, doubling, at most [`RETRY_AT_MOST`]. Every try costs slurmctld a request (two, with the
+/// write), and a user can make their own AdminComment unwritable (G3): a failure is never retried
+/// at every sample.
+pub(crate) fn retry_after(failures: u32) -> Duration {
+    Duration::from_secs(2)
+        .saturating_mul(1 << failures.saturating_sub(1).min(16))
+        .min(RETRY_AT_MOST)
+}
+const RECORD_GROWTH_PERCENT: u64 = 10;
+
+/// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
+/// a requeue starts the next run.
+pub fn count_action(entry: &mut record::Entry, cause: EventKind, action: Action, at: u64) {
+    entry.count_event(cause, at);
+    entry.count_event(event_of(action), at);
+    if action == Action::Requeue {
+        entry.facts.restarts = entry.facts.restarts.saturating_add(1);
+    }
+}
+
+/// The requeues (and holds) for GPU memory the job's record counts: what `max_requeues` bounds.
+/// `None`: the AdminComment cannot be read, so the job's history is unknown.
+pub(crate) fn requeues_caused(comment: &AdminComment) -> Option<u32> {
+    let AdminComment::Read(_) = comment else {
+        return None;
+    };
+    Some(comment.record().map_or(0, |r| {
+        let events = r.totals().events;
+        events
+            .get(EventKind::Requeued)
+            .saturating_add(events.get(EventKind::Held))
+    }))
+}
+
+fn event_of(action: Action) -> EventKind {
+    match action {
+        Action::Requeue => EventKind::Requeued,
+        Action::RequeueHold => EventKind::Held,
+        Action::Cancel => EventKind::Cancelled,
+        Action::WarnOnly => EventKind::Warn,
+    }
+}
+
+/// What recording an action before carrying it out came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Written,
+    /// Written, then replaced by other writers each time (`crate::controller::RECORD_ATTEMPTS`).
+    Lost,
+    /// The AdminComment cannot be read: it is left as it is, the action goes unrecorded.
+    Unreadable,
+}
+
+/// The rule for every action the watchdog takes on a job (over its quota, or preempted): the
+/// record goes first, then the action. The record must survive the requeue, and tells the next run
+/// what happened. `entry`, its events counted ([`count_action`]), is merged into `comment` (the
+/// AdminComment as read); text that cannot be read is never written over, and the action goes
+/// ahead unrecorded. The caller acts (`Controller::perform`) once this returns `Ok`.
+pub fn record_first(
+    control: &mut dyn Controller,
+    comment: &AdminComment,
+    entry: &record::Entry,
+    shared: bool,
+) -> Result<Recorded, ControlError> {
+    let Some(existing) = comment.readable() else {
+        return Ok(Recorded::Unreadable);
+    };
+    Ok(match record_entry(control, existing, entry, shared)? {
+        true => Recorded::Written,
+        false => Recorded::Lost,
+    })
+}
+
+/// Whether an entry with `peak` is worth another AdminComment update, given the last one.
+fn record_due(last: Option<(Instant, u64)>, now: Instant, peak: u64) -> bool {
+    match last {
+        None => peak > 0,
+        Some((at, written)) => {
+            now.saturating_duration_since(at) >= RECORD_EVERY
+                && peak > written
+                && peak - written >= written / 100 * RECORD_GROWTH_PERCENT
+        }
+    }
+}
+
+impl Watchdog {
+    /// How many nodes the job runs on: with more than one, other nodes' watchdogs write the same
+    /// AdminComment, and every write is read back ([`record_entry`]).
+    pub fn set_node_count(&mut self, nodes: u32) {
+        self.record_shared = nodes > 1;
+    }
+
+    /// Keeps this node's entry in the AdminComment while the job runs: when the job first uses GPU
+    /// memory, then when its peak has grown by [`RECORD_GROWTH_PERCENT`] since the last time, at
+    /// most every [`RECORD_EVERY`] (a handful of updates per node and job: peaks settle early).
+    /// The end of the run cannot be relied on for the record: slurmctld refuses updates once the
+    /// job is completing, which is already so when the batch script of a cancelled job ends, and
+    /// always so when the other nodes of a multi-node job learn that it ended. Other nodes merge
+    /// into the same text at about the same time, so their writes are read back and repeated
+    /// ([`record_entry`]), and tried again at the next sample if they still lost. Never acts on
+    /// the job; a failure is logged once.
+    pub fn keep_record_current(
+        &mut self,
+        now: Instant,
+        control: &mut dyn Controller,
+        report: &mut dyn Reporter,
+    ) {
+        if self.acted.is_some() {
+            return;
+        }
+        if self.record_retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        // Cloned only when due: this runs every sample.
+        let entry = match &self.entry {
+            Some(entry) if record_due(self.last_record_write(), now, entry.peak()) => entry.clone(),
+            _ => return,
+        };
+        let written = control
+            .admin_comment()
+            .and_then(|comment| record_first(control, &comment, &entry, self.record_shared));
+        let failure = match written {
+            Ok(Recorded::Written) => {
+                self.record_written = Some((now, entry));
+                self.record_failures = 0;
+                self.record_retry_at = None;
+                return;
+            }
+            // Other nodes' writes won every time: again soon, but not at every sample.
+            Ok(Recorded::Lost) => {
+                self.back_off_record(now);
+                return;
+            }
+            // Left alone: text that cannot be read is never written over.
+            Ok(Recorded::Unreadable) => "the AdminComment cannot be read unambiguously".to_string(),
+            // The job has ended: slurmctld takes no more updates, and the watchdog leaves at its
+            // next check of the job. Nothing worth a warning.
+            Err(e) if e.job_gone() => return,
+            Err(e) => e.to_string(),
+        };
+        self.back_off_record(now);
+        if !self.record_failure_logged {
+            self.record_failure_logged = true;
+            report.warning(&format!(
+                "cannot keep this node's record in the AdminComment while the job runs ({failure}); \
+                 will try again"
+            ));
+        }
+    }
+
+    /// When the entry was last put there, and with which peak.
+    fn last_record_write(&self) -> Option<(Instant, u64)> {
+        self.record_written
+            .as_ref()
+            .map(|(at, entry)| (*at, entry.peak()))
+    }
+
+    fn back_off_record(&mut self, now: Instant) {
+        self.record_failures = self.record_failures.saturating_add(1);
+        self.record_retry_at = Some(now + retry_after(self.record_failures));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_updates_are_retried_ever_later() {
+        let pauses: Vec<u64> = (1..=12).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(pauses, [2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600, 600]);
+        assert_eq!(retry_after(u32::MAX), RETRY_AT_MOST);
+    }
+}
