@@ -4,7 +4,7 @@
 //! inside slurmstepd, raw libc on purpose), `attribute/identity.rs` (pidfd signalling),
 //! `watchdog/hard_limit.rs` (the NVML setter nvml-wrapper has no binding for, loaded with
 //! libloading and called through its C signature), `watchdog/gpu.rs` (the raw NVML device handle
-//! that setter takes), `watchdog/daemon.rs` (installing the stop-signal handler) and
+//! that setter takes), `watchdog/daemon/stop.rs` (installing the stop-signal handler) and
 //! `textfile.rs` (the POSIX ACL set with `fsetxattr`, which nix does not wrap); the other system
 //! calls, `trusted_dir.rs`'s `*at` walk among them, go through std or nix.
 //!

@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod hard_limit;
 pub mod heal;
 pub mod ladder;
+pub mod lifetime;
 pub mod shared_record;
 pub mod status;
 

@@ -12,4 +12,5 @@ mod predict_series;
 mod record_format;
 mod slurm_text_parse;
 mod watchdog_heal;
+mod watchdog_lifetime;
 mod watchdog_tick;

@@ -21,6 +21,8 @@ pub(crate) struct FakeSlurm {
     pub fail_job_reads: u32,
     /// slurmctld no longer knows the job (every read of it says so).
     pub job_gone: bool,
+    /// The job's state in slurmctld's record; `None`: running.
+    pub state: Option<slurmctl::JobState>,
     pub fail_comment_writes: u32,
     /// Writes that another node's write replaces right after (a lost read-merge-write race).
     pub lost_comment_writes: u32,
@@ -47,7 +49,7 @@ impl Controller for FakeSlurm {
             ));
         }
         Ok(JobState {
-            state: slurmctl::JobState::Running,
+            state: self.state.clone().unwrap_or(slurmctl::JobState::Running),
             restarts: self.restarts,
             requeueable: self.requeueable,
             qos: "normal".into(),

@@ -1,0 +1,417 @@
+//! `gpu-mem-quota watchdog`: the process the plugin starts, the engine (`gmq_core::watchdog`)
+//! wired to the real edges. This file is its life (start, watch, heal, leave); `edges` holds the
+//! outside calls, `outputs` what it writes, `stop` the signals.
+//!
+//! Lifetime: it takes the job's lock (a second watchdog for the same job exits at once), records
+//! its pid, and runs until SIGTERM (the job epilog, when the job ends on this node), until the
+//! job's cgroup on this node has no step left (`presence`, every 2 s), or until slurmctld says the
+//! job left RUNNING or was restarted (asked only after an action, or every 5 minutes where there is
+//! no job cgroup to look at: `gmq_core::watchdog::lifetime`). On the way out it removes the job's
+//! runtime directory: no file outlives the job.
+
+mod edges;
+mod outputs;
+mod stop;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use super::contend::Contender;
+use super::gpu::{NvmlSource, Recording};
+use super::hard_limit::Setter;
+use super::log::Log;
+use super::presence::Presence;
+use edges::{
+    join_registry, left_node, load_policy, open_nvml, set_hard_limit, signal_job, sweep_leftovers,
+    take_job_lock, write_pid_file, Registration,
+};
+use gmq_core::admission;
+use gmq_core::config;
+use gmq_core::controller::{ControlError, JobState};
+use gmq_core::launch::Params;
+use gmq_core::node_files;
+use gmq_core::quota::Identity;
+use gmq_core::size::ByteSize;
+use gmq_core::watchdog::gpu::GpuSource;
+use gmq_core::watchdog::hard_limit::{self, InForce, Outcome};
+use gmq_core::watchdog::heal::{self, HealPolicy};
+use gmq_core::watchdog::lifetime::{slurmctld_check_every, still_running, stopping_line, Jitter};
+use gmq_core::watchdog::{Flow, Reporter, Watchdog};
+use gmq_node::attribute::ProcAttributor;
+use gmq_node::runtime;
+use gmq_node::slurm_controller::SlurmController;
+use gmq_node::textfile;
+use outputs::{LogReporter, Metrics};
+use stop::{install_signal_handlers, sleep_or_stop, stop_requested};
+
+const PROC_ROOT: &str = "/proc";
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
+/// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
+/// sample, decide, act, record and write the metrics; then leave, removing what it made.
+pub(crate) fn run(params: Params) -> ExitCode {
+    let mut daemon = match Daemon::start(params) {
+        Ok(daemon) => daemon,
+        Err(code) => return code,
+    };
+    daemon.watch();
+    daemon.heal();
+    daemon.leave();
+    ExitCode::SUCCESS
+}
+
+/// A started watchdog: its job's lock held, its edges open.
+struct Daemon {
+    params: Params,
+    settings: config::Enforcement,
+    /// `[hints] near_margin`: what near out of memory means, for self-healing.
+    near_margin: f64,
+    /// The job's runtime directory (status, record, pid and lock files).
+    dir: PathBuf,
+    /// Held while the watchdog runs: a second watchdog for the job exits at once.
+    _lock: std::fs::File,
+    user: String,
+    control: SlurmController,
+    reporter: LogReporter,
+    metrics: Metrics,
+    /// `None`: NVML never loaded (the job ended first, or the watchdog was stopped).
+    gpus: Option<NvmlSource>,
+    watchdog: Watchdog,
+    attributor: ProcAttributor,
+    /// `None`: preemption is off, or this job takes no part in it.
+    contender: Option<Contender>,
+    /// The driver's hard limit set for the job's cgroup, cleared on the way out.
+    hard_limit: Option<(Setter, InForce)>,
+    /// The hard limit is still to be set: once the job's cgroup exists (its first step here).
+    hard_limit_due: bool,
+    /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
+    presence: Presence,
+}
+
+impl Daemon {
+    fn start(params: Params) -> Result<Daemon, ExitCode> {
+        let policy = load_policy(&params)?;
+        let settings = policy.enforcement.clone();
+        let mut log = Log::open(params.job_id, settings.state_dir.clone());
+        let (dir, lock) = take_job_lock(&settings, params.job_id, &mut log)?;
+        install_signal_handlers();
+        let me = write_pid_file(&dir, &mut log);
+        // The job's cgroup, once Slurm has made it (the prolog that started this watchdog runs first).
+        let mut presence = Presence::of_job(Path::new(CGROUP_ROOT), params.job_id, params.uid);
+        sweep_leftovers(&policy, &mut log);
+        let mut control = SlurmController::from_env(params.job_id);
+        let node = gmq_node::slurmctl::this_node();
+        let user = gmq_node::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
+        let metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
+
+        // The job's GPUs here are the credential's (the prolog's `SLURM_JOB_GPUS`). What the
+        // credential lacks (the shards, the QOS before 25.11, the priority and requeue facts) is
+        // in slurmctld's record of the job: one single-job request, once per watchdog.
+        let record = control.tools.job_record(params.job_id);
+        let job = record
+            .as_ref()
+            .map_err(|e| ControlError::from(e.clone()))
+            .and_then(JobState::of_record);
+        if let Err(e) = &job {
+            log.error(&format!("cannot read the job from slurmctld: {e}"));
+        }
+        // Kept for the job's srun steps, so that they need not each ask slurmctld again.
+        if let Ok(record) = &record {
+            let facts = node_files::NodeFacts {
+                account: record.account.clone(),
+                partition: record.partition.clone(),
+                qos: record.qos.clone(),
+                shards: record.shards_on(&node),
+            };
+            let access = textfile::Access::readable_by(params.uid);
+            if let Err(e) =
+                textfile::write_atomically_as(&dir, node_files::FACTS_FILE, &facts.render(), access)
+            {
+                log.error(&format!("cannot keep the job's facts in {}: {e}", dir.display()));
+            }
+        }
+
+        let mut reporter = LogReporter::new(log, dir.clone(), params.uid);
+        let source = open_nvml(
+            &settings,
+            &params.gpus,
+            &mut control,
+            &mut presence,
+            &mut reporter,
+        );
+        // The plugin decided the quota from what the step's environment said, which the user's own
+        // srun writes: held here to what slurmctld's record of the job allows.
+        let quota = match (&record, &source) {
+            (Ok(record), Some(source)) => {
+                let who = Identity::named(&user, &record.account, &record.partition, &record.qos);
+                let (quota, said) = admission::held_by_watchdog(
+                    &policy,
+                    params.quota,
+                    &who,
+                    record.shards_on(&node),
+                    source.gpu_total().map(ByteSize::from_bytes),
+                );
+                for line in said {
+                    reporter.warning(&line);
+                }
+                quota
+            }
+            _ => params.quota,
+        };
+        let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
+            .with_prediction(policy.prediction.clone());
+        let hard_limit_due = match (&source, quota) {
+            (Some(_), Some(_)) if settings.hard_limit => true,
+            (Some(_), Some(_)) => {
+                reporter.info(&Outcome::SwitchedOff.log_line());
+                false
+            }
+            _ => false,
+        };
+        if let Ok(job) = &job {
+            watchdog.set_run(job.restarts);
+            watchdog.set_node_count(job.node_count);
+        }
+        reporter.info(&format!(
+            "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
+            params.gpus.join(","),
+            quota
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "none (recording only)".into()),
+            settings.interval,
+            settings.warn_threshold * 100.0,
+            settings.grace,
+            settings.action.name(),
+        ));
+        let attributor = ProcAttributor::new(
+            params.job_id,
+            params.uid,
+            PathBuf::from(PROC_ROOT),
+            PathBuf::from(CGROUP_ROOT),
+        );
+        let contender = match (&source, &job, me) {
+            (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
+                let registry = Registration {
+                    node: &node,
+                    user: &user,
+                    quota,
+                    job,
+                    me,
+                };
+                join_registry(&policy, &params, registry, source, &mut control, &mut reporter)
+            }
+            _ => None,
+        };
+        Ok(Daemon {
+            params,
+            settings,
+            near_margin: policy.hints.near_margin,
+            dir,
+            _lock: lock,
+            user,
+            control,
+            reporter,
+            metrics,
+            gpus: source,
+            watchdog,
+            attributor,
+            contender,
+            hard_limit: None,
+            hard_limit_due,
+            presence,
+        })
+    }
+
+    /// Each interval: sample, decide and act ([`Watchdog::tick`]), take part in preemption, keep
+    /// the record and the metrics, check the job with slurmctld; until the job is done here or the
+    /// watchdog is asked to stop.
+    fn watch(&mut self) {
+        let Some(mut gpus) = self.gpus.take() else {
+            return;
+        };
+        let mut last_check = Instant::now();
+        let mut last_record: Option<String> = None;
+        let mut jitter = Jitter::from_seed(jitter_seed());
+        while !stop_requested() {
+            let mut recording = Recording {
+                inner: &mut gpus,
+                last: Vec::new(),
+            };
+            let watchdog = &mut self.watchdog;
+            let flow = watchdog.tick(
+                Instant::now(),
+                &mut recording,
+                &mut self.attributor,
+                &mut self.control,
+                &mut self.reporter,
+            );
+            if flow == Flow::Stop {
+                break;
+            }
+            if let Some(contender) = self.contender.as_mut() {
+                if !watchdog.has_acted()
+                    && contender.tick(
+                        &recording.last,
+                        watchdog.entry(),
+                        &mut self.control,
+                        &mut self.reporter,
+                    )
+                {
+                    watchdog.mark_preempted();
+                }
+            }
+            self.record(&mut last_record);
+            if let Some((signal, pids)) = self.watchdog.take_signal() {
+                let job = (self.params.job_id, self.params.uid);
+                signal_job(
+                    Path::new(PROC_ROOT),
+                    Path::new(CGROUP_ROOT),
+                    job,
+                    signal,
+                    &pids,
+                    &mut self.reporter,
+                );
+            }
+            // The job epilog ends the watch. slurmctld is asked only where that may not be
+            // enough: after an action (to see the job leave RUNNING), and on a node without a
+            // job cgroup to look at (no cgroup tracking), should the epilog's signal never come.
+            let check_every = slurmctld_check_every(
+                self.watchdog.has_acted(),
+                self.presence.job_dir().is_some(),
+                self.settings.interval,
+            );
+            if check_every.is_some_and(|every| last_check.elapsed() >= every) {
+                last_check = Instant::now();
+                match still_running(&mut self.control, self.watchdog.run()) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => self
+                        .reporter
+                        .warning(&format!("cannot check the job with slurmctld: {e}")),
+                }
+            }
+            if left_node(
+                &mut self.presence,
+                &mut self.control,
+                self.watchdog.run(),
+                &mut self.reporter,
+            ) {
+                break;
+            }
+            // After the look at the job's cgroup, which finds it once Slurm has made it.
+            self.set_hard_limit_when_due(&gpus);
+            if sleep_or_stop(jitter.around(self.settings.interval)) {
+                break;
+            }
+        }
+        self.gpus = Some(gpus);
+    }
+
+    /// Sets the quota as the driver's hard limit on the job's cgroup, once that cgroup exists: the
+    /// watchdog starts from the prolog, before the job's first step, and the limit is the cgroup's.
+    fn set_hard_limit_when_due(&mut self, gpus: &NvmlSource) {
+        let (true, Some(job_dir), Some(quota)) =
+            (self.hard_limit_due, self.presence.job_dir(), self.watchdog.quota)
+        else {
+            return;
+        };
+        self.hard_limit_due = false;
+        self.hard_limit = set_hard_limit(
+            &self.settings.nvml_library,
+            gpus,
+            Some(job_dir),
+            quota.bytes(),
+            &mut self.reporter,
+        );
+        self.watchdog
+            .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
+    }
+
+    /// The run ended here: requeue a batch job that failed near out of memory (`super::heal`).
+    fn heal(&mut self) {
+        let policy = HealPolicy {
+            enabled: self.settings.requeue_near_oom,
+            max_requeues: self.settings.max_requeues,
+            near_margin: self.near_margin,
+        };
+        let mut wait = stop::until_stopped_again();
+        heal::after_run(
+            &mut self.watchdog,
+            &policy,
+            &mut self.control,
+            &mut self.reporter,
+            &mut wait,
+        );
+    }
+
+    /// Keeps the record (in the AdminComment, and in the job's runtime directory for the plugin's
+    /// final write) and the metrics current.
+    fn record(&mut self, last_record: &mut Option<String>) {
+        let watchdog = &mut self.watchdog;
+        watchdog.keep_record_current(Instant::now(), &mut self.control, &mut self.reporter);
+        self.metrics
+            .write(&watchdog.metrics(&self.user), &mut self.reporter);
+        // The record file holds the entry while the AdminComment lacks it as it is now: the
+        // plugin writes it there when the batch script ends, and asks slurmctld nothing when the
+        // file is not there.
+        let unrecorded = watchdog.unrecorded_text();
+        if unrecorded == *last_record {
+            return;
+        }
+        let kept = match &unrecorded {
+            Some(text) => textfile::write_atomically_as(
+                &self.dir,
+                node_files::RECORD_FILE,
+                text,
+                textfile::Access::ROOT_ONLY,
+            ),
+            None => textfile::remove(&self.dir, node_files::RECORD_FILE),
+        };
+        if let Err(e) = kept {
+            self.reporter
+                .error(&format!("cannot keep the record in {}: {e}", self.dir.display()));
+        }
+        *last_record = unrecorded;
+    }
+
+    /// Logs the peaks, and removes what the watchdog made: the metrics file, the registry entry,
+    /// the job's runtime directory.
+    fn leave(mut self) {
+        self.reporter.info(&stopping_line(self.watchdog.usage()));
+        self.metrics.remove(&mut self.reporter);
+        self.clear_hard_limit();
+        if let Some(contender) = &self.contender {
+            contender.leave();
+        }
+        if let Err(e) = runtime::remove_job_dir(&self.settings.runtime_dir, self.params.job_id) {
+            self.reporter
+                .error(&format!("cannot remove {}: {e}", self.dir.display()));
+        }
+    }
+
+    /// Takes the hard limit off the job's cgroup (where its run ended and the cgroup may be reused
+    /// by the next run of the job, or where a v1 cgroup outlives its job).
+    fn clear_hard_limit(&mut self) {
+        let (Some((setter, in_force)), Some(gpus)) = (self.hard_limit.take(), self.gpus.as_ref()) else {
+            return;
+        };
+        for (gpu, device) in gpus.listed_handles() {
+            let code = setter.set(device, &in_force.namespace, 0, hard_limit::LIMIT_MAX);
+            if code != 0 {
+                self.reporter.warning(&format!(
+                    "cannot clear the hard limit on GPU {gpu} (NVML error {code}); it goes with the cgroup"
+                ));
+            }
+        }
+    }
+}
+
+/// The jitter's seed: the clock and the pid, so that watchdogs started in the same instant differ.
+fn jitter_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
