@@ -7,6 +7,8 @@
 //! list (the job is picked by its exact id); no name that is not a node's has GPUs.
 #![no_main]
 
+mod common;
+
 use gmq_core::slurm_text::{parse_job_info_json, parse_squeue_json};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -36,23 +38,7 @@ fn check(output: &str, job_id: u32) {
         assert_eq!(info.job_id, job_id);
     }
     if let (Ok(record), Ok(info)) = (&record, &info) {
-        assert_eq!(
-            (
-                &record.account,
-                &record.partition,
-                &record.qos,
-                record.user_id,
-                record.priority
-            ),
-            (
-                &info.account,
-                &info.partition,
-                &info.qos,
-                info.user_id,
-                info.priority
-            ),
-            "{output:?}"
-        );
+        common::same_job_identity(record, info, output);
         let end = record.end.as_ref().expect("the info reader found a job_state");
         assert_eq!(end.state, info.job_state);
         assert_eq!(

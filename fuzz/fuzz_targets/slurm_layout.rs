@@ -8,8 +8,8 @@
 //! is said of gres.conf.
 #![no_main]
 
-use gmq_core::size::ByteSize;
 use gmq_commands::slurm_layout::{check, check_isolation, constrains_devices, ConfFile, Findings};
+use gmq_core::size::ByteSize;
 use libfuzzer_sys::fuzz_target;
 
 const POLICY: &str = "/etc/slurm/gpu-mem-quota.toml";

@@ -9,6 +9,8 @@
 //! tried as an AdminComment in a real record line: it reads back verbatim.
 #![no_main]
 
+mod common;
+
 use gmq_core::slurm_text::hostlist;
 use gmq_core::slurm_text::{parse_squeue, parse_squeue_record};
 use libfuzzer_sys::fuzz_target;
@@ -57,24 +59,8 @@ fn columns_agree(output: &str, job_id: u32) {
         let fourteen: String = line.split_inclusive('|').take(14).collect();
         let info = parse_squeue(&fourteen, job_id)
             .unwrap_or_else(|e| panic!("{output:?} read as a record, its 14 columns {fourteen:?} not: {e}"));
+        common::same_job_identity(&record, &info, output);
         let end = record.end.expect("a record from columns says how the job stands");
-        assert_eq!(
-            (
-                &record.account,
-                &record.partition,
-                &record.qos,
-                record.user_id,
-                record.priority
-            ),
-            (
-                &info.account,
-                &info.partition,
-                &info.qos,
-                info.user_id,
-                info.priority
-            ),
-            "{output:?}"
-        );
         assert_eq!(
             (&end.state, end.restarts, end.requeue, end.batch, end.node_count),
             (
