@@ -408,7 +408,6 @@ mod tests {
             user_id: 1000,
             priority: 1,
             nodes: vec!["gpu01".into(), "gpu02".into()],
-            gpus_by_node: Vec::new(),
             shards_by_node: vec![shards, 99],
             end: Some(JobEnd {
                 state: JobState::Running,

@@ -254,7 +254,6 @@ pub fn parse_squeue_record(output: &str, job_id: u32) -> Result<JobRecord, Strin
         qos: info.qos,
         user_id: info.user_id,
         priority: info.priority,
-        gpus_by_node: Vec::new(),
         shards_by_node: vec![shards; nodes.len()],
         nodes,
         end: Some(end),
@@ -375,8 +374,6 @@ mod tests {
             ("physics", "normal")
         );
         assert_eq!(record.shards_on("vm"), Some(8));
-        // GPUs come from the job credential, not from squeue.
-        assert_eq!(record.gpus_on("vm"), None);
         assert_eq!(record.het_leader, None);
         let end = record.end.unwrap();
         assert_eq!(

@@ -26,11 +26,8 @@ pub struct JobRecord {
     pub user_id: u32,
     /// slurmctld's priority of the job (its rank for preemption).
     pub priority: u32,
-    /// The job's nodes, expanded, in the order of [`JobRecord::gpus_by_node`].
+    /// The job's nodes, expanded, in the order of [`JobRecord::shards_by_node`].
     pub nodes: Vec<String>,
-    /// Per node, the GPU indices (Slurm's GRES index on that node) the job holds there, whole
-    /// (`gpu`) or in part (`shard`); empty for a node where it holds none.
-    pub gpus_by_node: Vec<Vec<u32>>,
     /// Per node, how many `gres/shard` the job holds there (0 where it holds none).
     pub shards_by_node: Vec<u64>,
     /// Its state and, once it ended, how; `None` where slurmctld printed no `job_state`.
@@ -62,13 +59,6 @@ pub struct JobEnd {
 }
 
 impl JobRecord {
-    /// The GPUs the job holds on `node` (a short host name); `None` when the node is not the
-    /// job's, or slurmctld gave no per-node details to tell.
-    pub fn gpus_on(&self, node: &str) -> Option<&[u32]> {
-        let at = self.nodes.iter().position(|n| n == node)?;
-        self.gpus_by_node.get(at).map(Vec::as_slice)
-    }
-
     /// The `gres/shard` count the job holds on `node`; `None` when slurmctld gave no per-node
     /// details. A node not among the job's (a name that is not its NodeName) gets the fewest any of
     /// its nodes holds: never more than the job may have here (G6).
@@ -206,11 +196,6 @@ pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String>
         "" => Vec::new(),
         list => hostlist::expand(list).map_err(|e| format!("job {job_id}: nodes: {e}"))?,
     };
-    let gpus_by_node = job
-        .gres_detail
-        .iter()
-        .map(|detail| gpu_indices(detail).map_err(|e| format!("job {job_id}: gres_detail `{detail}`: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
     let shards_by_node = job
         .gres_detail
         .iter()
@@ -239,7 +224,6 @@ pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String>
         user_id: job.user_id,
         priority: job.priority.as_ref().and_then(whole_number).unwrap_or(0),
         nodes,
-        gpus_by_node,
         shards_by_node,
         het_leader: job
             .het_job_id
@@ -321,83 +305,6 @@ fn truthy(value: &Value) -> bool {
         .unwrap_or_else(|| value.as_u64().is_some_and(|n| n > 0))
 }
 
-/// The GPU indices in one node's GRES detail, e.g. `gpu:a100:2(IDX:0,2)` or `gpu:1(IDX:3)`. Items
-/// are separated by commas outside parentheses; `gpu` and `shard` items carry `(IDX:LIST)`, except
-/// a shard item from Slurm 24.11 on, which lists its shards per GPU of the node, in index order
-/// (`shard:1(0/2,1/2,0/2,0/2)`: one of GPU 1's two shards; gres_stepmgr.c,
-/// `_build_shared_gres_details`). Other GRES (nic, counts without an index) are ignored.
-pub(super) fn gpu_indices(detail: &str) -> Result<Vec<u32>, String> {
-    let mut indices = Vec::new();
-    for item in split_items(detail) {
-        let name = item.split([':', '(']).next().unwrap_or("");
-        if name != "gpu" && name != "shard" {
-            continue;
-        }
-        let Some(list) = item.split_once("(IDX:").map(|(_, rest)| rest) else {
-            if name == "shard" {
-                indices.extend(shards_per_gpu(item)?);
-            }
-            continue;
-        };
-        let list = list
-            .strip_suffix(')')
-            .ok_or_else(|| format!("`{item}` has no closing parenthesis"))?;
-        for part in list.split(',') {
-            // A shard item may say how many of the GPU's shards it holds: `0(2/8)`.
-            let part = part.split('(').next().unwrap_or(part);
-            if part == "N/A" || part.is_empty() {
-                continue;
-            }
-            let (low, high) = part.split_once('-').unwrap_or((part, part));
-            let number = |s: &str| {
-                s.parse::<u32>()
-                    .map_err(|_| format!("`{part}` is not an index or range"))
-            };
-            let (low, high) = (number(low)?, number(high)?);
-            if low > high || high - low > 1024 {
-                return Err(format!("`{part}` is not a sensible range of GPU indices"));
-            }
-            indices.extend(low..=high);
-        }
-    }
-    indices.sort_unstable();
-    indices.dedup();
-    Ok(indices)
-}
-
-/// The GPUs holding some of a 24.11 shard item's shards: `shard[:type]:N(a0/t0,a1/t1,...)`, where
-/// `ai` of GPU i's `ti` shards are the job's. An item without parentheses (a count alone) has none.
-fn shards_per_gpu(item: &str) -> Result<Vec<u32>, String> {
-    let Some((_, rest)) = item.split_once('(') else {
-        return Ok(Vec::new());
-    };
-    let list = rest
-        .strip_suffix(')')
-        .ok_or_else(|| format!("`{item}` has no closing parenthesis"))?;
-    // `(CNT:2)`: a count without placement.
-    if list.starts_with("CNT:") {
-        return Ok(Vec::new());
-    }
-    let mut gpus = Vec::new();
-    for (index, part) in list.split(',').enumerate() {
-        let (held, total) = part
-            .split_once('/')
-            .ok_or_else(|| format!("`{part}` is not shards held/total"))?;
-        let count = |s: &str| {
-            s.parse::<u64>()
-                .map_err(|_| format!("`{part}` is not shards held/total"))
-        };
-        let (held, total) = (count(held)?, count(total)?);
-        if held > total || index > 1024 {
-            return Err(format!("`{part}` is not a sensible shard count of GPU {index}"));
-        }
-        if held > 0 {
-            gpus.push(index as u32);
-        }
-    }
-    Ok(gpus)
-}
-
 /// Splits at commas outside parentheses.
 fn split_items(detail: &str) -> Vec<&str> {
     let mut items = Vec::new();
@@ -434,13 +341,12 @@ mod tests {
     fn the_job_is_picked_by_id_and_user_text_stays_where_it_is() {
         let job = parse_squeue_json(TWO_JOBS, 1).unwrap();
         assert_eq!(job.admin_comment, "");
-        assert!(job.gpus_by_node.is_empty() && job.nodes.is_empty());
+        assert!(job.shards_by_node.is_empty() && job.nodes.is_empty());
         let job = parse_squeue_json(TWO_JOBS, 12).unwrap();
         assert_eq!(job.admin_comment, "ticket=7 gpu-mem-quota:v1{vm/0:q=40G}");
         assert_eq!(job.account, "physics");
-        assert_eq!(job.gpus_on("vm"), Some(&[0][..]));
-        assert_eq!(job.gpus_on("n1"), Some(&[1, 3][..]));
-        assert_eq!(job.gpus_on("other"), None);
+        assert_eq!(job.nodes, ["vm", "n1"]);
+        assert_eq!(job.shards_on("n1"), Some(0));
         assert!(parse_squeue_json(TWO_JOBS, 3)
             .unwrap_err()
             .contains("no record for job 3 among 2"));
@@ -464,7 +370,7 @@ mod tests {
                 ("physics", "gpu", "normal")
             );
             assert_eq!(job.user_id, 2001);
-            assert_eq!(job.gpus_on("vm"), Some(&[0, 1][..]));
+            assert_eq!(job.nodes, ["vm"]);
             assert!(parse_squeue_json(output, 500000)
                 .unwrap_err()
                 .contains("no record for job 500000 among 1"));
@@ -498,12 +404,13 @@ mod tests {
         assert!(parse_job_info_json(bare, 7).unwrap_err().contains("job_state"));
     }
 
-    /// Real 24.11.5 output for a `--gres=shard:1` job that got a shard of GPU 1.
+    /// Real 24.11.5 output for a `--gres=shard:1` job that got a shard of GPU 1
+    /// (`shard:1(0/2,1/2,...)`: per GPU of the node, shards held/total).
     #[test]
-    fn slurm_24_11_shard_jobs_name_the_gpu_their_shards_are_on() {
+    fn slurm_24_11_shard_jobs_count_their_shards() {
         let output = include_str!("../../tests/fixtures/slurm-24.11/squeue-json-shard.json");
         let job = parse_squeue_json(output, 500026).unwrap();
-        assert_eq!(job.gpus_on("vm"), Some(&[1][..]));
+        assert_eq!(job.shards_on("vm"), Some(1));
     }
 
     /// A batch job that ended `exit 3`, as the dev cluster's squeue --json (22.05.8) printed it
@@ -548,27 +455,8 @@ mod tests {
     }
 
     #[test]
-    fn gres_details() {
-        assert_eq!(gpu_indices("gpu:fake:1(IDX:0)").unwrap(), [0]);
-        assert_eq!(gpu_indices("gpu:4(IDX:0-3)").unwrap(), [0, 1, 2, 3]);
-        assert_eq!(gpu_indices("gpu:a100:2(IDX:1,3),nic:1").unwrap(), [1, 3]);
-        assert_eq!(gpu_indices("gpu:0(IDX:N/A)").unwrap(), Vec::<u32>::new());
-        assert_eq!(gpu_indices("").unwrap(), Vec::<u32>::new());
-        assert!(gpu_indices("gpu:1(IDX:x)").is_err());
-        // Slurm 24.11's shards: per GPU of the node, held/total.
-        assert_eq!(gpu_indices("shard:1(0/2,1/2,0/2,0/2)").unwrap(), [1]);
-        assert_eq!(gpu_indices("shard:fake:3(2/2,0/2,1/2)").unwrap(), [0, 2]);
-        assert_eq!(gpu_indices("gpu:fake:1(IDX:3),shard:1(1/2,0/2)").unwrap(), [0, 3]);
-        assert_eq!(gpu_indices("shard(CNT:2)").unwrap(), Vec::<u32>::new());
-        assert!(gpu_indices("shard:1(0/2,x)").is_err());
-        assert!(gpu_indices("shard:1(3/2)").is_err());
-        assert!(gpu_indices("gpu:1(IDX:0-99999)").is_err());
-    }
-
-    #[test]
     fn shard_counts() {
         assert_eq!(shard_count("shard:40(IDX:0)").unwrap(), 40);
-        assert_eq!(gpu_indices("shard:40(IDX:2)").unwrap(), [2]);
         assert_eq!(shard_count("gpu:fake:1(IDX:0)").unwrap(), 0);
         assert_eq!(shard_count("nic:1,shard:20(IDX:1)").unwrap(), 20);
         // 24.11's shared-GRES details, after the count.
@@ -579,6 +467,5 @@ mod tests {
         let job = parse_squeue_json(&json, 12).unwrap();
         assert_eq!(job.shards_on("vm"), Some(40));
         assert_eq!(job.shards_on("n1"), Some(0));
-        assert_eq!(job.gpus_on("vm"), Some(&[0][..]));
     }
 }

@@ -477,8 +477,8 @@ fn the_admin_comment_is_read_from_json_where_user_text_cannot_pose_as_it() {
     assert_eq!(fakes.argv(), ["--json", "--local", "--states=all", "--jobs=42"]);
     let record = tools.job_record(42).unwrap();
     assert_eq!(
-        (record.account.as_str(), record.gpus_on("vm")),
-        ("physics", Some(&[2][..]))
+        (record.account.as_str(), record.nodes.as_slice()),
+        ("physics", &["vm".to_string()][..])
     );
     assert_eq!(fakes.calls(), 2, "one squeue each, no scontrol");
 }
