@@ -35,6 +35,9 @@ fn claim_past_the_quota_unlimited(name: &str) -> u32 {
         log.contains(&format!("job {job}: GPU memory 18G over its 16G quota")),
         "{log}"
     );
+    // CANCELLED comes before the job's processes are gone, and Slurm may give the GPU to the next
+    // test's job at once: that job's watchdog would see the 18G of a process in no cgroup any more.
+    assert!(watchdog_stopped(job), "job {job}: its watchdog did not stop");
     job
 }
 

@@ -35,13 +35,6 @@ const OPTIONS: [&str; 4] = [
     "--open-mode=append",
 ];
 
-/// Waits for the job's watchdog to have left (it decides on self-healing before it goes).
-fn watchdog_stopped(job: u32) -> bool {
-    wait_until(Duration::from_secs(90), || {
-        syslog().contains(&format!("job {job}: stopping: GPU "))
-    })
-}
-
 fn output(dir: &Path, job: u32) -> String {
     std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default()
 }

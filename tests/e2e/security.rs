@@ -1056,6 +1056,76 @@ fn g7_a_process_hidden_below_its_step_does_not_outlive_the_job() {
     eprintln!("g7: job {job}: process {hidden} killed at the job's end");
 }
 
+/// G7, its second half: a process of the job's user on the job's GPU that sits in no cgroup of the
+/// job (started from a login on the node, outside Slurm) counts against the job while it runs, but
+/// nothing in Slurm ends it with the job, and the epilog's cgroup sweep cannot see it: it would
+/// keep its GPU memory while Slurm hands the GPU out again. The job's watchdog, leaving at the
+/// job's end, kills it and says so.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g7_a_users_process_outside_the_job_on_its_gpu_does_not_outlive_it() {
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-g7-login");
+    // Claims 20G of GPU $1, says its pid, and stays; its output is not the caller's pipe.
+    let keep = dir.join("keep.sh");
+    std::fs::write(
+        &keep,
+        format!(
+            "#!/bin/bash\nexec </dev/null >/dev/null 2>&1\necho 20G > {FAKE_PROCS}/$1/$$\n\
+             echo $$ > {pid}.new && mv {pid}.new {pid}\nexec sleep 600\n",
+            pid = dir.join("pid").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&keep, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = format!(
+        "echo gpu=${{SLURM_JOB_GPUS%%,*}}; for i in $(seq 150); do [ -e {pid} ] && break; sleep 0.2; done; \
+         sleep 2; exit 0",
+        pid = dir.join("pid").display()
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1"], &script);
+    let out = || std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    assert!(
+        wait_until(Duration::from_secs(60), || value_of(&out(), "gpu").is_some()),
+        "job {job} never ran: {}",
+        out()
+    );
+    let gpu = value_of(&out(), "gpu").unwrap();
+    // As the user, outside Slurm: in no cgroup of any job.
+    let keep = keep.display().to_string();
+    let started = as_user("/usr/bin/setsid", &["-f", &keep, &gpu], &[]);
+    assert!(started.status.success(), "{}", text(&started));
+    let pid_file = dir.join("pid");
+    assert!(wait_until(Duration::from_secs(10), || pid_file.exists()));
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(60), || state(job) == "COMPLETED"),
+        "job {job}: {}",
+        state(job)
+    );
+    let gone = wait_until(Duration::from_secs(30), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+    });
+    let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(&gpu).join(pid.to_string()));
+    if !gone {
+        let _ = Command::new("/bin/kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(gone, "job {job}: process {pid} outlived the job on GPU {gpu}");
+    let said = format!(
+        "job {job}: process {pid} of the job's user on GPU {gpu}, in no cgroup of the job, is still there after its end: killed"
+    );
+    assert!(
+        syslog().lines().any(|l| l.contains(&said)),
+        "job {job}: the watchdog did not say it killed {pid}: {:?}",
+        watchdog_lines(job)
+    );
+    eprintln!("g7: job {job}: process {pid}, outside the job, killed at the job's end");
+}
+
 /// G4: the job's status file was the user's own inode; they could chmod it, keep it open for
 /// writing once the watchdog renamed a new one over it, and fill the runtime filesystem through the
 /// unlinked inode. Now it is root's, readable by the job's user through an ACL entry: the job

@@ -216,6 +216,14 @@ pub fn slurmd_log() -> String {
     std::fs::read_to_string(lab().join("log/slurmd.log")).unwrap_or_default()
 }
 
+/// Waits for the job's watchdog to have left (it decides on self-healing before it goes, and it
+/// goes once the job's processes have ended here: the epilog's signal, or an empty job cgroup).
+pub fn watchdog_stopped(job: u32) -> bool {
+    wait_until(Duration::from_secs(90), || {
+        syslog().contains(&format!("job {job}: stopping: GPU "))
+    })
+}
+
 /// Waits until `check` holds or `timeout` passes; returns whether it held.
 pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;

@@ -150,6 +150,38 @@ pub fn unclaimed_process_of(owner: &Owner, uid: u32) -> bool {
     *real_uid == uid && !claims.iter().any(|c| c.level == Level::Slurm)
 }
 
+/// What a process NVML lists on one of job `job_id`'s GPUs is, once the job has ended on the
+/// node (review G7, the half the cgroup sweep cannot see: a process of the job's user in no
+/// cgroup of the job, such as one started from a login on the node). Pure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtJobEnd {
+    /// The job's user's, and no other job claims it: left behind by the job.
+    LeftBehind,
+    /// Another job of the job's user claims it at a level Slurm made: evidence that the user
+    /// has that job on the GPU (its process, not this job's leftover).
+    OtherJobOfTheUser(u32),
+    /// Another user's, a slurmstepd, gone, or claimed only by cgroups of other jobs the user made.
+    NotTheJobs,
+}
+
+/// [`AtJobEnd`] for the process `owner` describes, of job `job_id` of user `job_uid`.
+pub fn at_job_end(owner: &Owner, job_id: u32, job_uid: u32) -> AtJobEnd {
+    let Owner::Process { real_uid, claims, .. } = owner else {
+        return AtJobEnd::NotTheJobs;
+    };
+    if *real_uid != job_uid {
+        return AtJobEnd::NotTheJobs;
+    }
+    let other = claims.iter().find(|c| c.job_id != job_id);
+    match other {
+        None => AtJobEnd::LeftBehind,
+        Some(_) => claims
+            .iter()
+            .find(|c| c.job_id != job_id && c.level == Level::Slurm)
+            .map_or(AtJobEnd::NotTheJobs, |c| AtJobEnd::OtherJobOfTheUser(c.job_id)),
+    }
+}
+
 /// Who the process with `pid` belongs to: cgroups first, then ancestry. `cgroup_root` is where
 /// cgroups are mounted (`/sys/fs/cgroup`), for the v1 ownership check.
 pub fn owner_of(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Owner {
@@ -341,6 +373,48 @@ mod tests {
             },
         };
         assert!(!counts_for_job(&stepd, JOB, 0, true));
+    }
+
+    #[test]
+    fn what_a_process_on_the_jobs_gpu_is_at_the_jobs_end() {
+        use Level::*;
+        let cases = [
+            // in no job (a login on the node), or below the job's own cgroups: left behind
+            (process(UID, vec![]), AtJobEnd::LeftBehind),
+            (process(UID, vec![claim(JOB, User)]), AtJobEnd::LeftBehind),
+            (process(UID, vec![claim(JOB, Slurm)]), AtJobEnd::LeftBehind),
+            // another job of the user's, for sure: that job's, whatever else claims it
+            (
+                process(UID, vec![claim(OTHER, Slurm)]),
+                AtJobEnd::OtherJobOfTheUser(OTHER),
+            ),
+            (
+                process(UID, vec![claim(JOB, User), claim(OTHER, Slurm)]),
+                AtJobEnd::OtherJobOfTheUser(OTHER),
+            ),
+            // only the user's own placement below another job: left to that job's end
+            (process(UID, vec![claim(OTHER, User)]), AtJobEnd::NotTheJobs),
+            (
+                process(UID, vec![claim(JOB, Slurm), claim(OTHER, User)]),
+                AtJobEnd::NotTheJobs,
+            ),
+            // another user's, Slurm's, gone
+            (process(2002, vec![]), AtJobEnd::NotTheJobs),
+            (process(2002, vec![claim(JOB, Slurm)]), AtJobEnd::NotTheJobs),
+            (
+                Owner::Slurmstepd {
+                    process: ProcessIdentity {
+                        pid: 200,
+                        start_time: 1,
+                    },
+                },
+                AtJobEnd::NotTheJobs,
+            ),
+            (Owner::Gone, AtJobEnd::NotTheJobs),
+        ];
+        for (owner, want) in cases {
+            assert_eq!(at_job_end(&owner, JOB, UID), want, "{owner:?}");
+        }
     }
 
     #[test]

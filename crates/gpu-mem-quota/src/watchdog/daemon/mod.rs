@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use super::contend::Contender;
 use super::gpu::{NvmlSource, Recording};
+use super::gpu_leftovers;
 use super::hard_limit::Setter;
 use super::log::Log;
 use super::presence::Presence;
@@ -45,8 +46,8 @@ use gmq_node::textfile;
 use outputs::{LogReporter, Metrics};
 use stop::{install_signal_handlers, sleep_or_stop, stop_requested};
 
-const PROC_ROOT: &str = "/proc";
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(super) const PROC_ROOT: &str = "/proc";
+pub(super) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
 /// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
@@ -88,6 +89,9 @@ struct Daemon {
     hard_limit_due: bool,
     /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
     presence: Presence,
+    /// The job's run here is known to be over: the epilog's signal came, or its cgroup is empty
+    /// and slurmctld says so. Only then is what it left on its GPUs dealt with.
+    run_over: bool,
 }
 
 impl Daemon {
@@ -221,6 +225,7 @@ impl Daemon {
             hard_limit: None,
             hard_limit_due,
             presence,
+            run_over: false,
         })
     }
 
@@ -285,7 +290,10 @@ impl Daemon {
             if check_every.is_some_and(|every| last_check.elapsed() >= every) {
                 last_check = Instant::now();
                 match still_running(&mut self.control, self.watchdog.run()) {
-                    Ok(false) => break,
+                    Ok(false) => {
+                        self.run_over = true;
+                        break;
+                    }
                     Ok(true) => {}
                     Err(e) => self
                         .reporter
@@ -298,6 +306,7 @@ impl Daemon {
                 self.watchdog.run(),
                 &mut self.reporter,
             ) {
+                self.run_over = true;
                 break;
             }
             // After the look at the job's cgroup, which finds it once Slurm has made it.
@@ -376,10 +385,18 @@ impl Daemon {
         *last_record = unrecorded;
     }
 
-    /// Logs the peaks, and removes what the watchdog made: the metrics file, the registry entry,
+    /// Logs the peaks, deals with what the job left on its GPUs outside its cgroups
+    /// (`super::gpu_leftovers`), and removes what the watchdog made: the metrics file, the registry entry,
     /// the job's runtime directory.
     fn leave(mut self) {
         self.reporter.info(&stopping_line(self.watchdog.usage()));
+        // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
+        if let (Some(gpus), true) = (self.gpus.as_mut(), self.run_over || stop_requested()) {
+            let job = (self.params.job_id, self.params.uid);
+            let runtime_dir = &self.settings.runtime_dir;
+            let kill = self.settings.kill_leftovers;
+            gpu_leftovers::sweep(gpus, job, &self.user, runtime_dir, kill, &mut self.reporter);
+        }
         self.metrics.remove(&mut self.reporter);
         self.clear_hard_limit();
         if let Some(contender) = &self.contender {
