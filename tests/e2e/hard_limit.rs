@@ -143,9 +143,12 @@ fn a_claim_beyond_the_hard_limit_fails_for_that_job_alone() {
         )),
         "{log}"
     );
-    // Cleared on the way out.
-    let limits = std::fs::read_to_string(fake_nvml_dir().join("limits").join(&gpu)).unwrap_or_default();
-    assert!(!limits.contains(&format!("job_{job}")), "{limits}");
+    // Cleared on the way out (the watchdog leaves after the job is COMPLETED).
+    let limits = || std::fs::read_to_string(fake_nvml_dir().join("limits").join(&gpu)).unwrap_or_default();
+    let cleared = wait_until(Duration::from_secs(20), || {
+        !limits().contains(&format!("job_{job}"))
+    });
+    assert!(cleared, "{}", limits());
 }
 
 #[test]

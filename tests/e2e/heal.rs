@@ -19,7 +19,7 @@ fn policy(requeue_near_oom: bool) -> String {
 /// 8G fixed; 512M per sample for three steps, then 1280M (long sequences): micro-batch 8 needs 18G
 /// at step 3, past the 16G the device grants, and fails holding 15.5G (97 % of the 16G quota:
 /// near-OOM). Micro-batch 4 needs 13G.
-fn oom_script(dir: &Path, example: &str) -> String {
+pub(crate) fn oom_script(dir: &Path, example: &str) -> String {
     format!(
         "env | grep '^GPU_MEM_QUOTA_' | sort; python3 {example} --batch 8x8 --fixed 8G --per-sample 512M \
          --long-from-step 3 --long-per-sample 1280M --device-limit 16G --oom-after 2 --steps 6 \
@@ -28,7 +28,7 @@ fn oom_script(dir: &Path, example: &str) -> String {
     )
 }
 
-const OPTIONS: [&str; 4] = [
+pub(crate) const OPTIONS: [&str; 4] = [
     "--gres=gpu:1",
     "--gpu-mem-quota=16G",
     "--gpu-mem-batch=8x8",

@@ -990,6 +990,24 @@ fn g1_a_users_queue_flood_blinds_no_watchdog() {
         !written.contains("FORGED") && !written.contains("preempted=99") && !written.contains("n9/"),
         "job {batch}: the Comment reached the AdminComment: {written}"
     );
+
+    // Self-healing reads the same one-job record: a job that runs out of memory near its quota
+    // under the flood is requeued once with hints, and finishes from its checkpoint.
+    let example = copy_example(&dir);
+    let healed = sbatch(
+        &dir,
+        &crate::heal::OPTIONS,
+        &crate::heal::oom_script(&dir, &example),
+    );
+    let done = wait_until(Duration::from_secs(180), || state(healed) == "COMPLETED");
+    let output = std::fs::read_to_string(dir.join(format!("job-{healed}.out"))).unwrap_or_default();
+    assert!(
+        done,
+        "job {healed} is {} under the flood: {output}",
+        state(healed)
+    );
+    assert_eq!(job_field(healed, "Restarts"), "1", "requeued once: {output}");
+    assert!(output.contains("GPU_MEM_QUOTA_LAST_EVENT=near-oom"), "{output}");
     eprintln!("g1: {:?}", t0.elapsed());
 }
 
@@ -1116,7 +1134,7 @@ fn g7_a_users_process_outside_the_job_on_its_gpu_does_not_outlive_it() {
     }
     assert!(gone, "job {job}: process {pid} outlived the job on GPU {gpu}");
     let said = format!(
-        "job {job}: process {pid} of the job's user on GPU {gpu}, in no cgroup of the job, is still there after its end: killed"
+        "job {job}: process {pid} of the job's user is still on GPU {gpu} after the job's end: killed"
     );
     assert!(
         syslog().lines().any(|l| l.contains(&said)),

@@ -113,9 +113,7 @@ pub(crate) fn sweep(
     };
     for found in decide(&listed, (job_id, uid), &registered, kill) {
         let (pid, gpu) = (found.process.pid, found.gpu);
-        let what = format!(
-            "process {pid} of the job's user on GPU {gpu}, in no cgroup of the job, is still there after its end"
-        );
+        let what = format!("process {pid} of the job's user is still on GPU {gpu} after the job's end");
         match found.verdict {
             Verdict::Kill => match attribute::signal(proc_root, &found.process, libc::SIGKILL) {
                 Ok(()) => report.error(&format!("{what}: killed")),

@@ -390,6 +390,7 @@ impl Daemon {
     /// the job's runtime directory.
     fn leave(mut self) {
         self.reporter.info(&stopping_line(self.watchdog.usage()));
+        self.clear_hard_limit();
         // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
         if let (Some(gpus), true) = (self.gpus.as_mut(), self.run_over || stop_requested()) {
             let job = (self.params.job_id, self.params.uid);
@@ -398,7 +399,6 @@ impl Daemon {
             gpu_leftovers::sweep(gpus, job, &self.user, runtime_dir, kill, &mut self.reporter);
         }
         self.metrics.remove(&mut self.reporter);
-        self.clear_hard_limit();
         if let Some(contender) = &self.contender {
             contender.leave();
         }
