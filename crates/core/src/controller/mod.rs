@@ -114,7 +114,10 @@ impl JobState {
         Ok(JobState {
             state: end.state.clone(),
             restarts: end.restarts,
-            requeueable: end.requeue && end.batch,
+            // A heterogeneous job's later component: slurmctld requeues only through the leader
+            // (`_job_requeue`: ESLURM_NOT_HET_JOB_LEADER), so it is not requeueable by itself, and
+            // a requeue is never recorded for it (G5, G12).
+            requeueable: end.requeue && end.batch && record.het_leader.is_none(),
             qos: record.qos.clone(),
             partition: record.partition.clone(),
             account: record.account.clone(),

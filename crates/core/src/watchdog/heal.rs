@@ -147,8 +147,9 @@ pub fn after_run(
             return;
         }
     };
-    // Unknown history must not buy the job more requeues: count every restart as ours.
-    let requeues_by_us = requeues_caused(&comment).unwrap_or(end.restarts);
+    // Unknown history must not buy the job more requeues: count every restart as ours. A known
+    // one counts no more requeues than slurmctld's restart count says happened (G12).
+    let requeues_by_us = requeues_caused(&comment).map_or(end.restarts, |n| n.min(end.restarts));
     let verdict = decide(&end, &watchdog.node, run, &peak, requeues_by_us, policy);
     // A script that ended COMPLETED near its quota is said to have ended, not failed.
     let ended = if end.state == JobState::Failed {

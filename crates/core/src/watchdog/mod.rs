@@ -465,7 +465,9 @@ impl Watchdog {
             cause: e,
         })?;
         let requeues_by_us = match &comment {
-            AdminComment::Read(_) => requeues_caused(&comment).unwrap_or(0),
+            // The record is written before each action, so it may count a requeue slurmctld never
+            // carried out (it did not answer); its restart count says how many happened (G12).
+            AdminComment::Read(_) => requeues_caused(&comment).unwrap_or(0).min(job.restarts),
             // Unknown history must not buy the job more requeues: count every restart as ours.
             AdminComment::Unreadable(why) => {
                 report.warning(&format!(

@@ -161,7 +161,8 @@ fn switched_off_or_completed_or_at_max_requeues_it_stays_as_it_ended() {
         lines.lines
     );
 
-    // Three requeues for GPU memory on record already.
+    // Three requeues for GPU memory on record already, and slurmctld restarted the job three
+    // times: this is its fourth run.
     let mut entry = record::Entry::new("node1", 0, ByteSize::from_bytes(16 * G));
     for at in [1, 2, 3] {
         entry.count_event(EventKind::OverQuota, at);
@@ -169,7 +170,11 @@ fn switched_off_or_completed_or_at_max_requeues_it_stays_as_it_ended() {
     }
     let at_max = FakeSlurm {
         admin_comment: record::merge("", &entry).admin_comment,
-        ..failed()
+        endings: vec![JobEnd {
+            restarts: 3,
+            ..ended(JobState::Failed, 1)
+        }],
+        ..FakeSlurm::default()
     };
     let (slurm, lines, _) = heal(16 * G, at_max, &POLICY);
     assert!(slurm.calls.is_empty());

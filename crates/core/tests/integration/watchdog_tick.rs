@@ -292,6 +292,7 @@ fn escalation_and_jobs_that_cannot_be_requeued() {
     let earlier = record::merge("", &entry).admin_comment;
     let slurm = FakeSlurm {
         requeueable: true,
+        restarts: 3,
         admin_comment: earlier,
         ..FakeSlurm::default()
     };
@@ -301,6 +302,55 @@ fn escalation_and_jobs_that_cannot_be_requeued() {
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], FakeSlurm::default(), 6);
     assert_eq!(slurm.calls, vec!["comment", "cancel"]);
     assert!(lines.lines.iter().any(|l| l.contains("cannot be requeued")));
+}
+
+#[test]
+fn a_requeue_that_failed_does_not_count_toward_escalation() {
+    // G12: the record goes first, so a requeue that slurmctld never carried out (it did not
+    // answer) stays in the AdminComment. With max_requeues = 1 the next try would hold the job,
+    // though it was never requeued: slurmctld's restart count says how many requeues happened.
+    let one_requeue = || Enforcement {
+        max_requeues: 1,
+        ..settings()
+    };
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), one_requeue());
+    watchdog.set_run(0);
+    let mut slurm = FakeSlurm {
+        requeueable: true,
+        fail_actions: 1,
+        ..FakeSlurm::default()
+    };
+    let (mut gpus, mut lines) = (FakeGpus::new(vec![Ok((50 * G, 0))]), Lines::default());
+    let t0 = Instant::now();
+    for i in 0..12 {
+        let now = t0 + Duration::from_secs(i);
+        watchdog.tick(now, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+    }
+    let actions: Vec<&String> = slurm.calls.iter().filter(|c| *c != "comment").collect();
+    assert_eq!(actions, ["requeue", "requeue"], "{:?}", lines.lines);
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert_eq!(record.totals().events.get(record::EventKind::Requeued), 1);
+    // Once slurmctld says the job was requeued, the count holds: the next is a hold.
+    let slurm = FakeSlurm {
+        requeueable: true,
+        restarts: 1,
+        admin_comment: slurm.admin_comment,
+        ..FakeSlurm::default()
+    };
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), one_requeue());
+    watchdog.set_run(1);
+    let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(vec![Ok((50 * G, 0))]), slurm, Lines::default());
+    for i in 0..6 {
+        watchdog.tick(
+            t0 + Duration::from_secs(i),
+            &mut gpus,
+            &mut ByPid,
+            &mut slurm,
+            &mut lines,
+        );
+    }
+    let actions: Vec<&String> = slurm.calls.iter().filter(|c| *c != "comment").collect();
+    assert_eq!(actions, ["requeue-hold"], "{:?}", lines.lines);
 }
 
 #[test]
@@ -688,7 +738,8 @@ fn counts_in_a_record_cannot_wrap_the_requeue_count_to_zero() {
     // F5: requeued + held overflowed u32 and read as 0 requeues: requeued for ever, never held.
     let slurm = FakeSlurm {
         requeueable: true,
-        restarts: 1,
+        // Restarted as often as max_requeues: the count cannot be checked down below it.
+        restarts: 3,
         admin_comment: "gpu-mem-quota:v1{zz/0:q=1G,requeued=4294967295,held=1}".into(),
         ..FakeSlurm::default()
     };

@@ -33,6 +33,8 @@ pub(crate) struct FakeSlurm {
     pub comment_reads: u32,
     /// What slurmctld answers every requeue (`requeue`, `requeue-hold`) with, if it refuses them.
     pub refuse_requeues: Option<String>,
+    /// Actions that fail as a slurmctld that does not answer makes them fail, before any works.
+    pub fail_actions: u32,
 }
 
 impl Controller for FakeSlurm {
@@ -84,6 +86,10 @@ impl Controller for FakeSlurm {
 
     fn perform(&mut self, action: Action) -> Result<(), ControlError> {
         self.calls.push(action.name().to_string());
+        if self.fail_actions > 0 {
+            self.fail_actions -= 1;
+            return Err(ControlError::Unavailable("Socket timed out".into()));
+        }
         match &self.refuse_requeues {
             Some(why) if matches!(action, Action::Requeue | Action::RequeueHold) => {
                 Err(ControlError::Refused(why.clone()))
