@@ -74,7 +74,7 @@ impl Node {
 
     /// The jobs and steps that claim `pid` (all at Slurm's levels, from cgroups), or `None` for
     /// a slurmstepd.
-    fn claims(&self, pid: u32) -> Option<Vec<(u32, Option<Step>)>> {
+    fn claims(&self, pid: u32) -> Claims {
         match owner_of(&self.proc_root(), &self.cgroup_root(), pid) {
             Owner::Process { claims, .. } => Some(
                 claims
@@ -95,6 +95,9 @@ impl Node {
     }
 }
 
+/// The jobs and steps that claim a process; `None`: a slurmstepd.
+type Claims = Option<Vec<(u32, Option<Step>)>>;
+
 fn both() -> [Node; 2] {
     [Node::slurm_24_11(), Node::slurm_26_05()]
 }
@@ -105,7 +108,7 @@ fn processes_count_for_the_job_whose_directory_holds_them() {
     for node in both() {
         let [a, b, c] = node.jobs.clone().map(|j| j.job_id);
         let name = node.root.display().to_string();
-        let cases: &[(u32, Option<Vec<(u32, Option<Step>)>>, &str)] = &[
+        let cases: &[(u32, Claims, &str)] = &[
             (1, Some(vec![]), "init"),
             (100, Some(vec![]), "slurmd"),
             (150, None, "slurmstepd infinity, in the scope's system/"),
