@@ -344,7 +344,12 @@ pub fn job_field(job: u32, key: &str) -> String {
         .find(&format!(" {key}="))
         .map(|i| i + key.len() + 2)
         .unwrap_or(show.len());
-    show[start..].split(' ').next().unwrap_or("").to_string()
+    // Up to the next blank or the line's end: 26.05 prints TresPerNode last, before the newline.
+    show[start..]
+        .split(char::is_whitespace)
+        .next()
+        .unwrap_or("")
+        .to_string()
 }
 
 /// examples/train_loop.py copied into the test's directory (readable and runnable by the test

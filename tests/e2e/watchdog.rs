@@ -741,3 +741,56 @@ fn a_runtime_dir_it_cannot_use_leaves_the_job_unwatched_and_unharmed() {
     assert_eq!(syslog_count(&format!("job {}: watching GPU(s)", job.id)), 0);
     assert!(watchdog_pids(job.id).is_empty());
 }
+
+/// The job prolog passes the job's SLUID (slurmd's `SLURM_JOB_SLUID`, 25.11 on) to the watchdog as
+/// `--sluid`: 26.05's cgroup/v2 names the job's directory after it. The job's own environment has
+/// the same SLUID; before 25.11 neither has one. And the batch step's slurmstepd names its job in
+/// its title, which is how a SLUID directory's job number is read (gmq-node `sluid_job.rs`).
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn the_watchdog_is_told_the_jobs_sluid() {
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("wd-sluid");
+    let job = sbatch(
+        &dir,
+        &["--gres=gpu:1", "--gpu-mem-quota=10G"],
+        "echo sluid=${SLURM_JOB_SLUID:-none}; sleep 8",
+    );
+    let started = wait_until(Duration::from_secs(30), || watchdog_pids(job).len() == 1);
+    assert!(started, "job {job}: no watchdog");
+    let argv = std::fs::read(format!("/proc/{}/cmdline", watchdog_pids(job)[0])).unwrap();
+    let told: Option<String> = String::from_utf8_lossy(&argv)
+        .split('\0')
+        .find_map(|w| w.strip_prefix("--sluid=").map(str::to_string));
+    let title = format!("slurmstepd: [{job}.batch]");
+    let titled = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .any(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).replace('\0', " ").trim() == title
+        });
+    assert!(titled, "job {job}: no process titled {title:?}");
+    let out = dir.join(format!("job-{job}.out"));
+    let ended = wait_until(Duration::from_secs(60), || {
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("sluid=")) && watchdog_pids(job).is_empty()
+    });
+    assert!(ended, "job {job}: did not end");
+    let output = std::fs::read_to_string(&out).unwrap();
+    let in_job = output
+        .lines()
+        .find_map(|l| l.strip_prefix("sluid="))
+        .unwrap()
+        .to_string();
+    match told {
+        Some(sluid) => {
+            assert_eq!(sluid, in_job, "job {job}");
+            // Slurm's printed form (sluid.c `print_sluid`): `s` and 13 base32 digits.
+            assert!(sluid.len() == 14 && sluid.starts_with('s'), "job {job}: {sluid}");
+        }
+        None => assert_eq!(
+            in_job, "none",
+            "job {job}: slurmd had a SLUID but the watchdog was not told"
+        ),
+    }
+}

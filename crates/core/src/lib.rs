@@ -7,7 +7,8 @@
 //!
 //! 1. **Values**: `size`, `request`, `batch`, `record` (the AdminComment format), `json_number`,
 //!    `argv` (the command line, over lexopt), `job_env`, `dir_rule` (the one rule for a directory
-//!    root is handed), `node_files` (the runtime directory's names and file formats).
+//!    root is handed), `node_files` (the runtime directory's names and file formats), `sluid` (a
+//!    job's SLUID, as Slurm prints it).
 //! 2. **Policy and decisions**: `config` (with the `[preemption]` settings), `plugin_args`,
 //!    `hints`, `quota`, `admission`, `step` (what a job step gets on a node), `predict`, `metrics`
 //!    (the textfile's format), `preempt` (victim choice, ranks, cooldowns); `slurm_text` (what
@@ -36,6 +37,7 @@ pub mod quota;
 pub mod record;
 pub mod request;
 pub mod size;
+pub mod sluid;
 pub mod slurm_text;
 pub mod step;
 pub mod watchdog;

@@ -25,7 +25,8 @@ use gmq_core::launch::Params;
 use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
-use gmq_node::attribute::{same_process, signal, sweep_leftovers, LeftoverOutcome};
+use gmq_core::sluid::Sluid;
+use gmq_node::attribute::{same_process, signal, sweep_leftovers, JobOnNode, LeftoverOutcome};
 use gmq_node::preempt_registry;
 use gmq_node::runtime;
 use gmq_node::spawn;
@@ -39,6 +40,20 @@ const EARLIER_RUN_WAIT: Duration = Duration::from_secs(5);
 /// A variable of slurmd's script environment, when set and not empty.
 fn slurmd_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
+}
+
+/// The job's SLUID, which slurmd sets from the job's step id from 25.11 on (`_build_env`): on
+/// 26.05 its cgroup/v2 directory's name. A user's `SLURM_JOB_SLUID` reaches this environment only
+/// as `SPANK_SLURM_JOB_SLUID` (`valid_spank_job_env`), so this one is slurmd's.
+fn job_sluid(job_id: u32) -> Option<Sluid> {
+    let text = slurmd_var("SLURM_JOB_SLUID")?;
+    let sluid = Sluid::parse(&text);
+    if sluid.is_none() {
+        log::error(&format!(
+            "job {job_id}: SLURM_JOB_SLUID '{text}' is not a SLUID: ignored"
+        ));
+    }
+    sluid
 }
 
 pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
@@ -91,6 +106,7 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
         gpus,
         config: args.config.clone(),
         preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
+        sluid: job_sluid(job_id),
     };
     log::verbose(&format!(
         "job {job_id}: starting its watchdog here (GPU(s) {}, {})",
@@ -145,7 +161,12 @@ pub(super) fn epilog(spank: &Spank) -> Result<(), String> {
     }
     // Without a usable policy the built-in setting holds: Slurm has ended every step by now.
     let kill = policy.as_ref().map_or(true, |p| p.enforcement.kill_leftovers);
-    for leftover in sweep_leftovers(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), job_id, uid, kill) {
+    let job = JobOnNode {
+        job_id,
+        uid,
+        sluid: job_sluid(job_id),
+    };
+    for leftover in sweep_leftovers(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), &job, kill) {
         let pid = leftover.pid;
         match leftover.outcome {
             LeftoverOutcome::Killed => log::error(&format!(

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::argv::{Opt, Parsed};
 use crate::size::ByteSize;
+use crate::sluid::Sluid;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Params {
@@ -22,6 +23,9 @@ pub struct Params {
     pub config: PathBuf,
     /// The user volunteered the job for preemption (`--gpu-mem-preemptible`).
     pub preemptible: bool,
+    /// The job's SLUID (slurmd's `SLURM_JOB_SLUID`, 25.11 on): the name of its cgroup/v2 directory
+    /// on 26.05. `None` before 25.11.
+    pub sluid: Option<Sluid>,
 }
 
 impl Params {
@@ -34,6 +38,7 @@ impl Params {
         Opt::value("config"),
         Opt::value("quota-bytes"),
         Opt::flag("preemptible"),
+        Opt::value("sluid"),
     ];
 
     pub fn to_args(&self) -> Vec<String> {
@@ -50,6 +55,9 @@ impl Params {
         }
         if self.preemptible {
             argv.push("--preemptible".to_string());
+        }
+        if let Some(sluid) = self.sluid {
+            argv.push(format!("--sluid={sluid}"));
         }
         argv
     }
@@ -79,6 +87,12 @@ impl Params {
         if !config.is_absolute() {
             return Err("--config must be an absolute path".into());
         }
+        let sluid = match p.value("sluid") {
+            None => None,
+            Some(text) => {
+                Some(Sluid::parse(text).ok_or_else(|| format!("--sluid: '{text}' is not a SLUID"))?)
+            }
+        };
         if !p.positional.is_empty() {
             return Err(format!("unexpected argument '{}'", p.positional[0]));
         }
@@ -90,6 +104,7 @@ impl Params {
             gpus,
             config,
             preemptible: p.flag("preemptible"),
+            sluid,
         })
     }
 }
@@ -108,9 +123,18 @@ mod tests {
             gpus: vec!["0".into(), "2".into()],
             config: PathBuf::from("/etc/slurm/gpu-mem-quota.toml"),
             preemptible: true,
+            sluid: Sluid::parse("s0K2Q6ZC8M4T00"),
         };
         let argv = params.to_args();
-        assert_eq!(Params::from_args(&argv[1..]), Ok(params));
+        assert!(argv.contains(&"--sluid=s0K2Q6ZC8M4T00".to_string()), "{argv:?}");
+        assert_eq!(Params::from_args(&argv[1..]), Ok(params.clone()));
+        let before_25_11 = Params {
+            sluid: None,
+            ..params
+        };
+        let argv = before_25_11.to_args();
+        assert!(!argv.iter().any(|a| a.starts_with("--sluid")), "{argv:?}");
+        assert_eq!(Params::from_args(&argv[1..]), Ok(before_25_11));
     }
 
     #[test]
@@ -122,5 +146,14 @@ mod tests {
                 .contains("--job")
         );
         assert!(Params::from_args(&argv(&["--job=1", "--uid=1", "--gid=1", "--config=c"])).is_err());
+        assert!(Params::from_args(&argv(&[
+            "--job=1",
+            "--uid=1",
+            "--gid=1",
+            "--config=/c",
+            "--sluid=job_1"
+        ]))
+        .unwrap_err()
+        .contains("--sluid"));
     }
 }

@@ -413,6 +413,49 @@ mod tests {
         assert_eq!(job.shards_on("vm"), Some(1));
     }
 
+    /// The real output of Slurm 26.05.5 (data_parser v0.0.45: the same shapes as v0.0.42, a
+    /// `sluid` beside `job_id`, `/` written `\/` in every string) on the 26.05 dev cluster, for a
+    /// running job on GPUs 0 and 1 whose name and comment imitate our record.
+    #[test]
+    fn slurm_26_05_records_read_the_same_through_squeue_and_scontrol() {
+        for output in [
+            include_str!("../../tests/fixtures/slurm-26.05/squeue-json-running.json"),
+            include_str!("../../tests/fixtures/slurm-26.05/scontrol-show-job-json-running.json"),
+        ] {
+            assert!(output.contains(r#""data_parser": "data_parser\/v0.0.45""#));
+            assert!(output.contains(r#""name": "gpu-mem-quota:v1{vm\/0:q=1G}""#));
+            let job = parse_squeue_json(output, 900181).unwrap();
+            assert_eq!(
+                job.admin_comment, "ticket=7",
+                "the job's name and comment are not it"
+            );
+            assert_eq!(
+                (job.account.as_str(), job.partition.as_str(), job.qos.as_str()),
+                ("physics", "gpu", "normal")
+            );
+            assert_eq!(job.user_id, 2001);
+            assert_eq!(job.gpus_on("vm"), Some(&[0, 1][..]));
+            let info = parse_job_info_json(output, 900181).unwrap();
+            assert_eq!(info.job_state, JobState::Running);
+            assert_eq!((info.restarts, info.requeue, info.batch_flag), (0, true, 1));
+            assert_eq!((info.user_id, info.user_name.as_str()), (2001, "gmq-user"));
+            assert_eq!((info.priority, info.node_count), (1, 1));
+            assert_eq!(info.node_list, "vm");
+            assert!(parse_squeue_json(output, 900180)
+                .unwrap_err()
+                .contains("no record for job 900180 among 1"));
+        }
+    }
+
+    /// Real 26.05.5 output for a `--gres=shard:1` job that got a shard of GPU 2.
+    #[test]
+    fn slurm_26_05_shard_jobs_name_the_gpu_their_shards_are_on() {
+        let output = include_str!("../../tests/fixtures/slurm-26.05/squeue-json-shard.json");
+        assert!(output.contains(r"shard:1(0\/80,0\/80,1\/80,0\/80)"));
+        let job = parse_squeue_json(output, 900182).unwrap();
+        assert_eq!(job.gpus_on("vm"), Some(&[2][..]));
+    }
+
     /// A batch job that ended `exit 3`, as the dev cluster's squeue --json (22.05.8) printed it
     /// within MinJobAge (trimmed); and the same in 23.11's shape.
     const FAILED_2205: &str = r#"{"jobs":[{"job_id":1,"user_id":2001,"job_state":"FAILED","nodes":"vm",

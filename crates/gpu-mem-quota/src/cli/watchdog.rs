@@ -7,13 +7,14 @@ use gmq_core::launch::Params;
 
 const HELP: &str = "\
 Usage: gpu-mem-quota watchdog --job ID --uid UID --gid GID --gpus LIST --config PATH [--quota-bytes N]
-                              [--preemptible]
+                              [--preemptible] [--sluid SLUID]
 
 Watches one job's GPU memory on this node: samples NVML every interval, counts the job's own
 processes only, warns at the warn threshold, and on overuse past the grace period records the event
 in the job's AdminComment and requeues, holds or cancels the job as the policy says.
 The SPANK plugin starts it (as root, detached, with a clean environment) and stops it when the job
-ends on the node; it is not meant to be run by hand except to debug.
+ends on the node; it is not meant to be run by hand except to debug. --sluid is the job's SLUID
+(slurmd's SLURM_JOB_SLUID, 25.11 on), the name of its cgroup/v2 directory on Slurm 26.05.
 ";
 
 pub(crate) const SPEC: Spec = Spec {

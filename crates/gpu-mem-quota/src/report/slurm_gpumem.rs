@@ -159,6 +159,24 @@ mod tests {
         assert!(gpumem_by_run(&steps.replace("gres/gpumem", "gres/other")).is_empty());
     }
 
+    /// Real 26.05.5 sacct output of a job requeued once by `scontrol requeue` (and cancelled in its
+    /// second run), from the dev cluster: no gpu/nvml, so no `gres/gpumem`, and 26.05 leaves the
+    /// extern step's TRESUsageInMax empty. Two runs, our record on the second; nothing attached.
+    #[test]
+    fn slurm_26_05_requeued_job_has_two_runs_and_no_gpumem() {
+        let steps = include_str!("../../tests/fixtures/slurm-26.05/sacct-steps-tres-requeued.txt");
+        assert!(gpumem_by_run(steps).is_empty());
+        let runs = include_str!("../../tests/fixtures/slurm-26.05/sacct-runs-requeued.txt");
+        let mut jobs = super::super::job_reports(&super::super::parse_rows(runs).unwrap());
+        attach(&mut jobs, &gpumem_by_run(steps));
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].runs.len(), 2);
+        assert!(jobs[0].runs.iter().all(|r| r.slurm_gpumem.is_none()));
+        let text = super::super::job_text(&jobs[0]);
+        assert!(!text.contains("Slurm's own gres/gpumem"), "{text}");
+        assert!(text.contains("20G"), "{text}");
+    }
+
     #[test]
     fn arguments() {
         assert_eq!(

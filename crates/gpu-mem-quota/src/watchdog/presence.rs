@@ -3,7 +3,8 @@
 //! the job ended, an epilog that timed out).
 //!
 //! The watchdog starts from the job prolog, before Slurm has made the job's cgroup: it looks for
-//! the directory by the job's id and uid until it is there ([`attribute::find_job_dir`]); the job
+//! the directory by the job's id, uid and SLUID (26.05's cgroup/v2 names it after the SLUID) until
+//! it is there ([`attribute::find_job_dir`]); the job
 //! may have left once none of its steps has a process ([`attribute::job_active_on_node`]). Only a
 //! job seen active once is taken as gone: the prolog runs before the first step. A cgroup that
 //! cannot be read keeps the watchdog watching: stopping on a doubt would leave the job unwatched.
@@ -16,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gmq_node::attribute;
+use gmq_node::attribute::{self, JobOnNode};
 
 /// How often the job's cgroup is looked at: a few directory reads each time.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -42,8 +43,8 @@ pub enum Check {
 pub struct Presence {
     /// `None`: not found (yet): never concludes.
     job_dir: Option<PathBuf>,
-    /// Where to look for it while it is not found: the cgroup mount, the job's id and uid.
-    find: Option<(PathBuf, u32, u32)>,
+    /// Where to look for it while it is not found: the cgroup mount, and the job's names there.
+    find: Option<(PathBuf, JobOnNode)>,
     /// The watchdog itself, which may live in a step's cgroup (v2) and is not the job's.
     own_pid: u32,
     seen_active: bool,
@@ -55,10 +56,10 @@ pub struct Presence {
 }
 
 impl Presence {
-    /// Job `job_id` of user `uid`, whose cgroup Slurm makes below `cgroup_root` (perhaps later).
-    pub fn of_job(cgroup_root: &Path, job_id: u32, uid: u32) -> Presence {
+    /// The job, whose cgroup Slurm makes below `cgroup_root` (perhaps later).
+    pub fn of_job(cgroup_root: &Path, job: JobOnNode) -> Presence {
         let mut presence = Presence::in_cgroup(None, std::process::id());
-        presence.find = Some((cgroup_root.to_path_buf(), job_id, uid));
+        presence.find = Some((cgroup_root.to_path_buf(), job));
         presence.look(Instant::now());
         presence
     }
@@ -131,9 +132,9 @@ impl Presence {
     /// One look at the job's cgroup: whether a step has a process; `None` where it cannot tell.
     fn look(&mut self, now: Instant) -> Option<bool> {
         if self.job_dir.is_none() {
-            let (root, job_id, uid) = self.find.as_ref()?;
+            let (root, job) = self.find.as_ref()?;
             self.next_look = Some(now + CHECK_EVERY);
-            self.job_dir = attribute::find_job_dir(root, *job_id, *uid);
+            self.job_dir = attribute::find_job_dir(root, job);
         }
         let dir = self.job_dir.as_ref()?;
         self.next_look = Some(now + CHECK_EVERY);
@@ -244,7 +245,12 @@ mod tests {
             .unwrap();
         let root = scratch.path();
         fs::create_dir_all(root.join("freezer/slurm_vm/uid_2001")).unwrap();
-        let mut presence = Presence::of_job(root, 12, 2001);
+        let job = JobOnNode {
+            job_id: 12,
+            uid: 2001,
+            sluid: None,
+        };
+        let mut presence = Presence::of_job(root, job);
         let t0 = Instant::now();
         assert!(presence.job_dir().is_none() && !presence.job_left(t0));
         let step = root.join("freezer/slurm_vm/uid_2001/job_12/step_extern");

@@ -13,4 +13,5 @@ mod report_sacct_command;
 mod runtime_permissions;
 mod status_node;
 mod watchdog_leftovers;
+mod watchdog_presence_v2;
 mod watchdog_runtime_dir;

@@ -6,8 +6,13 @@
 //! so a path names a job only when its *whole prefix* is the one Slurm uses:
 //! - v1 (cgroup/v1): `/slurm*/uid_<uid>/job_<id>[/step_<name>/...]`, the `slurm` directory (`slurm`,
 //!   or `slurm_<node>`) at the top of the hierarchy;
-//! - v2 (cgroup/v2): `/system.slice/slurmstepd.scope/job_<id>[/step_<name>/...]` (with several
-//!   slurmd per host the scope is `<node>_slurmstepd.scope`).
+//! - v2 (cgroup/v2): `/<slice>/slurmstepd.scope/<job>[/step_<name>/...]`, where `<slice>` is
+//!   cgroup.conf's `CgroupSlice` (default `system.slice`; any top-level `*.slice`: only root makes
+//!   cgroups at the top, a user's delegated subtree starts deeper, at `user@UID.service`), the scope
+//!   is `<node>_slurmstepd.scope` with several slurmd per host, and `<job>` is `job_<id>` up to
+//!   Slurm 25.11, the job's SLUID on 26.05 (`s0K2Q6ZC8M4T00`: `gmq_core::sluid`; `job_<id>` again
+//!   with `CgroupJobIdPaths=yes`). A SLUID holds no job number: `sluid_job.rs` reads it from the
+//!   job's slurmstepd.
 //!
 //! Components must match exactly: `job_12` is job 12, `job_123` is not, `job_012` is nobody's.
 //!
@@ -27,6 +32,7 @@
 //! moving a process needs write access to the common ancestor's `cgroup.procs`, which is Slurm's.
 
 use super::step::{canonical_decimal, job_id, Step};
+use gmq_core::sluid::Sluid;
 
 /// One line of `/proc/PID/cgroup`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,13 +50,22 @@ pub(crate) enum Hierarchy<'a> {
     V2,
 }
 
+/// How a job's cgroup directory names the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum JobKey {
+    /// `job_<id>`: v1, and v2 up to 25.11 (26.05 with `CgroupJobIdPaths=yes`).
+    Id(u32),
+    /// The job's SLUID: v2 on 26.05.
+    Sluid(Sluid),
+}
+
 /// A Slurm job cgroup found in one line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlurmCgroup<'a> {
-    pub job_id: u32,
+    pub(crate) job: JobKey,
     pub(crate) step: Option<Step>,
-    /// The path of the job's own cgroup (up to and including `job_<id>`), relative to the
-    /// hierarchy's root.
+    /// The path of the job's own cgroup (up to and including `job_<id>` or the SLUID), relative
+    /// to the hierarchy's root.
     pub(crate) job_path: &'a str,
     /// What the path's shape says about who made the cgroup (on v1 the caller also checks the
     /// files' owner: the shape of `task_9` can be copied).
@@ -77,7 +92,7 @@ pub(crate) enum Membership {
     /// Every Slurm line names this job. `step` is `None` when the process is in the job's cgroup
     /// but no step's (slurmstepd itself on v1, processes spawned from plugin hooks) or when the
     /// lines disagree about the step.
-    Job { job_id: u32, step: Option<Step> },
+    Job { job: JobKey, step: Option<Step> },
     /// Lines name different jobs. Slurm never does this, a user can on v1 (see [`Level`]); for the
     /// watchdog's own pid (`job_cgroup`) nothing is concluded.
     Conflict,
@@ -109,7 +124,12 @@ pub(crate) fn slurm_cgroup<'a>(line: &CgroupLine<'a>) -> Option<SlurmCgroup<'a>>
         Hierarchy::V1(_) => v1_job_index(&components)?,
         Hierarchy::V2 => v2_job_index(&components)?,
     };
-    let job_id = job_id(components[job_index].strip_prefix("job_")?)?;
+    let name = components[job_index];
+    let by_id = || name.strip_prefix("job_").and_then(job_id).map(JobKey::Id);
+    let job = match line.hierarchy {
+        Hierarchy::V1(_) => by_id()?,
+        Hierarchy::V2 => by_id().or_else(|| Sluid::parse(name).map(JobKey::Sluid))?,
+    };
     let step = components
         .get(job_index + 1)
         .and_then(|c| c.strip_prefix("step_"))
@@ -125,7 +145,7 @@ pub(crate) fn slurm_cgroup<'a>(line: &CgroupLine<'a>) -> Option<SlurmCgroup<'a>>
         .map(|c| 1 + c.len())
         .sum::<usize>();
     Some(SlurmCgroup {
-        job_id,
+        job,
         step,
         job_path: &line.path[..job_len],
         shape,
@@ -177,25 +197,36 @@ fn v1_job_index(components: &[&str]) -> Option<usize> {
     (root.starts_with("slurm") && uid_ok).then_some(2)
 }
 
-/// `/system.slice/[<node>_]slurmstepd.scope/job_<id>`: the job is the third component.
+/// `/<slice>.slice/[<node>_]slurmstepd.scope/<job>`: the job is the third component.
 fn v2_job_index(components: &[&str]) -> Option<usize> {
     let [slice, scope, _job, ..] = components else {
         return None;
     };
-    let scope_ok = *scope == "slurmstepd.scope" || scope.ends_with("_slurmstepd.scope");
-    (*slice == "system.slice" && scope_ok).then_some(2)
+    Some(2).filter(|_| is_stepd_slice(slice) && is_stepd_scope(scope))
+}
+
+/// A top-level slice slurmd may put its scope in: cgroup.conf's `CgroupSlice`, `system.slice` by
+/// default (`DEFAULT_SYSTEM_CGSLICE` in cgroup_v2.c).
+pub(crate) fn is_stepd_slice(name: &str) -> bool {
+    name.strip_suffix(".slice").is_some_and(|stem| !stem.is_empty())
+}
+
+/// slurmd's scope for the slurmstepds: `slurmstepd.scope`, or `<node>_slurmstepd.scope` with
+/// several slurmd per host (`SYSTEM_CGSCOPE`).
+pub(crate) fn is_stepd_scope(name: &str) -> bool {
+    name == "slurmstepd.scope" || name.ends_with("_slurmstepd.scope")
 }
 
 /// What all lines of a `/proc/PID/cgroup` file say together.
 pub(crate) fn membership(text: &str) -> Membership {
-    let mut job: Option<u32> = None;
+    let mut job: Option<JobKey> = None;
     // v1 controllers may stop at different depths (freezer at the step, memory at a task below
     // it, some at the job), so a line without a step does not contradict one with a step.
     let mut steps: Vec<Step> = Vec::new();
     for cgroup in lines(text).filter_map(|line| slurm_cgroup(&line)) {
         match job {
-            Some(seen) if seen != cgroup.job_id => return Membership::Conflict,
-            _ => job = Some(cgroup.job_id),
+            Some(seen) if seen != cgroup.job => return Membership::Conflict,
+            _ => job = Some(cgroup.job),
         }
         if let Some(step) = cgroup.step {
             if !steps.contains(&step) {
@@ -204,8 +235,8 @@ pub(crate) fn membership(text: &str) -> Membership {
         }
     }
     match job {
-        Some(job_id) => Membership::Job {
-            job_id,
+        Some(job) => Membership::Job {
+            job,
             step: if steps.len() == 1 { steps.pop() } else { None },
         },
         None => Membership::NoJob,
@@ -217,7 +248,90 @@ mod tests {
     use super::*;
 
     fn job(job_id: u32, step: Option<Step>) -> Membership {
-        Membership::Job { job_id, step }
+        Membership::Job {
+            job: JobKey::Id(job_id),
+            step,
+        }
+    }
+
+    /// A SLUID as Slurm 26.05 prints it (`print_sluid`), and another job's.
+    const SLUID: &str = "s0K2Q6ZC8M4T00";
+    const OTHER_SLUID: &str = "s0K2Q6ZC8M4T01";
+
+    fn sluid_job(step: Option<Step>) -> Membership {
+        Membership::Job {
+            job: JobKey::Sluid(Sluid::parse(SLUID).unwrap()),
+            step,
+        }
+    }
+
+    #[test]
+    fn slurm_26_05_names_v2_job_cgroups_by_sluid() {
+        use Step::*;
+        let cases = [
+            (
+                format!("0::/system.slice/slurmstepd.scope/{SLUID}/step_0/user/task_0"),
+                sluid_job(Some(Numbered(0))),
+            ),
+            (
+                format!("0::/system.slice/slurmstepd.scope/{SLUID}/step_batch/slurm"),
+                sluid_job(Some(Batch)),
+            ),
+            (
+                format!("0::/system.slice/n1_slurmstepd.scope/{SLUID}/step_extern/user/task_special"),
+                sluid_job(Some(Extern)),
+            ),
+            (
+                format!("0::/system.slice/slurmstepd.scope/{SLUID}"),
+                sluid_job(None),
+            ),
+            // CgroupSlice=slurm.slice, and the old names with CgroupJobIdPaths=yes
+            (
+                format!("0::/slurm.slice/slurmstepd.scope/{SLUID}/step_0/user"),
+                sluid_job(Some(Numbered(0))),
+            ),
+            (
+                "0::/slurm.slice/slurmstepd.scope/job_12/step_0/user".to_string(),
+                job(12, Some(Numbered(0))),
+            ),
+            // not Slurm's: no slice at the top, a nested slice, a SLUID in another spelling, v1
+            (format!("0::/slurmstepd.scope/{SLUID}/step_0"), Membership::NoJob),
+            (
+                format!("0::/.slice/slurmstepd.scope/{SLUID}/step_0"),
+                Membership::NoJob,
+            ),
+            (
+                format!("0::/user.slice/user-2001.slice/slurmstepd.scope/{SLUID}"),
+                Membership::NoJob,
+            ),
+            (
+                format!(
+                    "0::/system.slice/slurmstepd.scope/{}/step_0",
+                    SLUID.to_uppercase()
+                ),
+                Membership::NoJob,
+            ),
+            (
+                format!("0::/system.slice/slurmstepd.scope/job_{SLUID}/step_0"),
+                Membership::NoJob,
+            ),
+            (
+                format!("6:freezer:/slurm/uid_2001/{SLUID}/step_0"),
+                Membership::NoJob,
+            ),
+        ];
+        for (text, want) in &cases {
+            assert_eq!(&membership(text), want, "{text}");
+        }
+        let two = format!(
+            "0::/system.slice/slurmstepd.scope/{SLUID}/step_0\n0::/system.slice/slurmstepd.scope/{OTHER_SLUID}/step_0\n"
+        );
+        assert_eq!(membership(&two), Membership::Conflict);
+        let line = format!("0::/system.slice/slurmstepd.scope/{SLUID}/step_0/user/task_0/x");
+        let line = lines(&line).next().unwrap();
+        let cgroup = slurm_cgroup(&line).unwrap();
+        assert_eq!(cgroup.shape, Level::User);
+        assert_eq!(cgroup.job_path, format!("/system.slice/slurmstepd.scope/{SLUID}"));
     }
 
     #[test]
@@ -287,6 +401,7 @@ mod tests {
                 "0::/user.slice/system.slice/slurmstepd.scope/job_12",
                 Membership::NoJob,
             ),
+            ("0::/user.slice/slurmstepd.d/job_12", Membership::NoJob),
             ("0::/system.slice/evil.scope/job_12/step_0", Membership::NoJob),
             ("0::/system.slice/slurmstepd.scope.d/job_12", Membership::NoJob),
             (

@@ -12,15 +12,29 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::cgroup::{lines, membership, slurm_cgroup, Hierarchy, Membership};
+use super::cgroup::{
+    is_stepd_scope, is_stepd_slice, lines, membership, slurm_cgroup, Hierarchy, JobKey, Membership,
+};
 use super::procfs::read_cgroup;
+use super::sluid_job::job_of_sluid_dir;
+use gmq_core::sluid::Sluid;
+
+/// Who a job is on this node, as its cgroups are named: the facts slurmd gave the job prolog and
+/// epilog (the job id and user from the credential, the SLUID from the step id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOnNode {
+    pub job_id: u32,
+    pub uid: u32,
+    /// The job's SLUID (25.11 on): its cgroup/v2 directory's name on 26.05.
+    pub sluid: Option<Sluid>,
+}
 
 /// A job's own cgroup directory in one mounted hierarchy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobCgroup {
     pub job_id: u32,
     /// `<cgroup_root>/freezer/slurm_<node>/uid_<uid>/job_<id>` (v1) or
-    /// `<v2 mount>/system.slice/slurmstepd.scope/job_<id>` (v2).
+    /// `<v2 mount>/system.slice/slurmstepd.scope/job_<id>` (v2; `.../<SLUID>` on 26.05).
     pub dir: PathBuf,
 }
 
@@ -38,7 +52,7 @@ const MAX_DEPTH_BELOW_STEP: usize = 4;
 /// on a hybrid one. A few small reads; call it once at start.
 pub fn job_cgroup(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Option<JobCgroup> {
     let text = read_cgroup(proc_root, pid)?;
-    let Membership::Job { job_id, .. } = membership(&text) else {
+    let Membership::Job { job, .. } = membership(&text) else {
         return None;
     };
     let mut candidates: Vec<(u8, PathBuf)> = lines(&text)
@@ -55,6 +69,16 @@ pub fn job_cgroup(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Option<JobC
         .collect();
     candidates.sort();
     let (_, dir) = candidates.into_iter().next()?;
+    let job_id = match job {
+        JobKey::Id(job_id) => job_id,
+        JobKey::Sluid(_) => {
+            let job_path = lines(&text)
+                .filter(|line| line.hierarchy == Hierarchy::V2)
+                .find_map(|line| slurm_cgroup(&line))?
+                .job_path;
+            job_of_sluid_dir(proc_root, &dir, job_path)?
+        }
+    };
     Some(JobCgroup { job_id, dir })
 }
 
@@ -136,15 +160,22 @@ fn vanished(error: &io::Error) -> bool {
 
 /// The job's cgroup directory where Slurm makes it, in the hierarchy Slurm tracks jobs with (v1
 /// `freezer`, else v2, else another v1 controller): `<v1 mount>/slurm[_<node>]/uid_<uid>/job_<id>`
-/// or `<v2 mount>/system.slice/[<node>_]slurmstepd.scope/job_<id>`. `None` until Slurm has made it
-/// (the job's first step on the node), or without cgroup tracking. A few directory reads.
-pub fn find_job_dir(cgroup_root: &Path, job_id: u32, uid: u32) -> Option<PathBuf> {
-    job_dirs(cgroup_root, job_id, uid).into_iter().next()
+/// or `<v2 mount>/<slice>/[<node>_]slurmstepd.scope/job_<id>`, or `.../<SLUID>` (26.05). `None`
+/// until Slurm has made it (the job's first step on the node), or without cgroup tracking. A few
+/// directory reads.
+pub fn find_job_dir(cgroup_root: &Path, job: &JobOnNode) -> Option<PathBuf> {
+    job_dirs(cgroup_root, job).into_iter().next()
 }
 
 /// Every cgroup directory of the job on this node, in [`find_job_dir`]'s order of preference.
-pub(crate) fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf> {
+/// On v2 both names are looked for: 26.05 names the directory after the SLUID unless cgroup.conf
+/// says `CgroupJobIdPaths=yes`, and a job started before an upgrade has the old name.
+pub(crate) fn job_dirs(cgroup_root: &Path, on_node: &JobOnNode) -> Vec<PathBuf> {
+    let (job_id, uid) = (on_node.job_id, on_node.uid);
     let job = format!("job_{job_id}");
+    let v2_names: Vec<String> = std::iter::once(job.clone())
+        .chain(on_node.sluid.map(|sluid| sluid.to_string()))
+        .collect();
     let mut found = Vec::new();
     let v1_job = |mount: &Path| -> Vec<PathBuf> {
         subdirs(mount)
@@ -160,12 +191,20 @@ pub(crate) fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf
         found.extend(v1_job(&freezer));
     }
     if let Some(v2) = v2_mount(cgroup_root) {
-        let scopes = subdirs(&v2.join("system.slice")).filter(|scope| {
-            scope
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().ends_with("slurmstepd.scope"))
-        });
-        found.extend(scopes.map(|scope| scope.join(&job)).filter(|dir| dir.is_dir()));
+        let named = |dir: &PathBuf, test: fn(&str) -> bool| {
+            dir.file_name().is_some_and(|n| test(&n.to_string_lossy()))
+        };
+        let scopes = subdirs(&v2)
+            .filter(|slice| named(slice, is_stepd_slice))
+            .flat_map(|slice| subdirs(&slice).filter(|scope| named(scope, is_stepd_scope)));
+        for scope in scopes {
+            found.extend(
+                v2_names
+                    .iter()
+                    .map(|name| scope.join(name))
+                    .filter(|dir| dir.is_dir()),
+            );
+        }
     }
     let others = subdirs(cgroup_root).filter(|mount| {
         let name = mount
@@ -183,9 +222,9 @@ pub(crate) fn job_dirs(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<PathBuf
 
 /// Every process in the job's cgroups on this node, at any depth: after the job's end, what
 /// Slurm did not stop. Sorted, each once.
-pub(crate) fn leftover_processes(cgroup_root: &Path, job_id: u32, uid: u32) -> Vec<u32> {
+pub(crate) fn leftover_processes(cgroup_root: &Path, job: &JobOnNode) -> Vec<u32> {
     let mut pids = Vec::new();
-    for dir in job_dirs(cgroup_root, job_id, uid) {
+    for dir in job_dirs(cgroup_root, job) {
         collect_processes(&dir, 0, &mut pids);
     }
     pids.sort_unstable();
@@ -230,11 +269,16 @@ mod tests {
         fs::create_dir_all(root.join("freezer/other/uid_2001/job_12")).unwrap();
         fs::write(freezer.join("step_batch/keep/cgroup.procs"), "301\n").unwrap();
         fs::write(memory.join("step_batch/cgroup.procs"), "301\n302\n").unwrap();
-        assert_eq!(find_job_dir(root, 12, 2001), Some(freezer.clone()));
-        assert_eq!(job_dirs(root, 12, 2001), [freezer, memory]);
-        assert_eq!(find_job_dir(root, 12, 2002), None, "another uid's");
-        assert_eq!(find_job_dir(root, 14, 2001), None);
-        assert_eq!(leftover_processes(root, 12, 2001), [301, 302]);
-        assert!(leftover_processes(root, 13, 2001).is_empty());
+        let job = |job_id, uid| JobOnNode {
+            job_id,
+            uid,
+            sluid: None,
+        };
+        assert_eq!(find_job_dir(root, &job(12, 2001)), Some(freezer.clone()));
+        assert_eq!(job_dirs(root, &job(12, 2001)), [freezer, memory]);
+        assert_eq!(find_job_dir(root, &job(12, 2002)), None, "another uid's");
+        assert_eq!(find_job_dir(root, &job(14, 2001)), None);
+        assert_eq!(leftover_processes(root, &job(12, 2001)), [301, 302]);
+        assert!(leftover_processes(root, &job(13, 2001)).is_empty());
     }
 }

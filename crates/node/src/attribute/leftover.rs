@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::identity::{identify, signal};
-use super::job_cgroup::leftover_processes;
+use super::job_cgroup::{leftover_processes, JobOnNode};
 use super::procfs::read_real_uid;
 
 /// What was found and done about one leftover process.
@@ -31,16 +31,12 @@ pub enum LeftoverOutcome {
     Failed(String),
 }
 
-/// Finds the processes still in job `job_id`'s cgroups (user `uid`) and, with `kill`, SIGKILLs
-/// those of the job's user, each through a pidfd of the very process checked.
-pub fn sweep_leftovers(
-    proc_root: &Path,
-    cgroup_root: &Path,
-    job_id: u32,
-    uid: u32,
-    kill: bool,
-) -> Vec<Leftover> {
-    leftover_processes(cgroup_root, job_id, uid)
+/// Finds the processes still in the job's cgroups (`job_<id>` or, on 26.05's cgroup/v2, its
+/// SLUID) and, with `kill`, SIGKILLs those of the job's user, each through a pidfd of the very
+/// process checked.
+pub fn sweep_leftovers(proc_root: &Path, cgroup_root: &Path, job: &JobOnNode, kill: bool) -> Vec<Leftover> {
+    let uid = job.uid;
+    leftover_processes(cgroup_root, job)
         .into_iter()
         .map(|pid| {
             let outcome = match (identify(proc_root, pid), read_real_uid(proc_root, pid)) {

@@ -7,7 +7,8 @@
 //! [`Level`]:
 //! 1. **cgroups** (`proctrack/cgroup`, cgroup v1 or v2, hybrid hosts too): every line of
 //!    `/proc/PID/cgroup` under Slurm's job directory claims the process for that job (the exact
-//!    prefixes are in `cgroup.rs`). The claim is *Slurm-made* when the cgroup is a level Slurm
+//!    prefixes are in `cgroup.rs`; a directory named by the job's SLUID, on 26.05's cgroup/v2,
+//!    claims for the job its root-owned slurmstepd names: `sluid_job.rs`). The claim is *Slurm-made* when the cgroup is a level Slurm
 //!    creates (`job_N`, `step_S`, `task_T`, v2's `slurm`/`user`) and, on v1, its `cgroup.procs` and
 //!    `tasks` are root's (`v1_owner.rs`: Slurm 22.05 chowns v1 step directories to the user, who
 //!    can then `mkdir` a child and move any of their processes into it); otherwise *user-made*;
@@ -56,6 +57,7 @@ mod job_cgroup;
 mod leftover;
 mod proc_attributor;
 mod procfs;
+mod sluid_job;
 mod step;
 mod stepd;
 mod v1_owner;
@@ -64,14 +66,16 @@ use std::path::Path;
 
 pub use cgroup::Level;
 pub use identity::{identify, same_process, signal, ProcessIdentity};
-pub use job_cgroup::{find_job_dir, job_active_on_node, job_cgroup, v2_mount, JobCgroup};
+pub use job_cgroup::{find_job_dir, job_active_on_node, job_cgroup, v2_mount, JobCgroup, JobOnNode};
 pub use leftover::{sweep_leftovers, Leftover, LeftoverOutcome};
 pub use proc_attributor::ProcAttributor;
 pub use step::Step;
 
 use ancestry::{is_root_stepd, lineage, Lineage};
-use cgroup::{lines, slurm_cgroup, Hierarchy};
+use cgroup::{lines, slurm_cgroup, Hierarchy, JobKey};
+use job_cgroup::v2_mount as v2_hierarchy;
 use procfs::{read_cgroup, read_real_uid, read_stat};
+use sluid_job::job_of_sluid_dir;
 
 /// Who a process belongs to: the facts the rule ([`counts_for_job`]) decides on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +206,7 @@ pub fn owner_of(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Owner {
     let Some(cgroups) = read_cgroup(proc_root, pid) else {
         return Owner::Gone;
     };
-    let mut claims = cgroup_claims(&cgroups, cgroup_root);
+    let mut claims = cgroup_claims(&cgroups, proc_root, cgroup_root);
     if claims.is_empty() {
         if let Lineage::Step { job_id, step } = lineage(proc_root, &process) {
             claims.push(Claim {
@@ -228,11 +232,19 @@ pub fn owner_of(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Owner {
 }
 
 /// The claims of a `/proc/PID/cgroup` text, the v1 lines checked against the files under
-/// `cgroup_root`.
-fn cgroup_claims(text: &str, cgroup_root: &Path) -> Vec<Claim> {
+/// `cgroup_root`. A v2 line under a SLUID (26.05) claims for the job its slurmstepd names
+/// (`sluid_job.rs`); while no step of it has one, the line claims for no job.
+fn cgroup_claims(text: &str, proc_root: &Path, cgroup_root: &Path) -> Vec<Claim> {
     let named: Vec<(u32, Option<Step>, Level)> = lines(text)
         .filter_map(|line| {
             let cgroup = slurm_cgroup(&line)?;
+            let job_id = match cgroup.job {
+                JobKey::Id(job_id) => job_id,
+                JobKey::Sluid(_) => {
+                    let job_dir = v2_hierarchy(cgroup_root)?.join(cgroup.job_path.trim_start_matches('/'));
+                    job_of_sluid_dir(proc_root, &job_dir, cgroup.job_path)?
+                }
+            };
             let level = match (cgroup.shape, line.hierarchy) {
                 (Level::Slurm, Hierarchy::V1(controllers))
                     if !v1_owner::made_by_slurm(cgroup_root, controllers, line.path) =>
@@ -241,7 +253,7 @@ fn cgroup_claims(text: &str, cgroup_root: &Path) -> Vec<Claim> {
                 }
                 (shape, _) => shape,
             };
-            Some((cgroup.job_id, cgroup.step, level))
+            Some((job_id, cgroup.step, level))
         })
         .collect();
     combine_claims(&named)

@@ -5,6 +5,7 @@ mod common;
 
 mod attribute_fixtures;
 mod attribute_lifecycle;
+mod cgroup_v2_fixtures;
 mod dashboard_metrics;
 mod job_submit_lua;
 mod metrics_render;

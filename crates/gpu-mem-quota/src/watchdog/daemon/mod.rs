@@ -39,7 +39,7 @@ use gmq_core::watchdog::hard_limit::{self, InForce, Outcome};
 use gmq_core::watchdog::heal::{self, HealPolicy};
 use gmq_core::watchdog::lifetime::{slurmctld_check_every, still_running, stopping_line, Jitter};
 use gmq_core::watchdog::{Flow, Reporter, Watchdog};
-use gmq_node::attribute::ProcAttributor;
+use gmq_node::attribute::{JobOnNode, ProcAttributor};
 use gmq_node::runtime;
 use gmq_node::slurm_controller::SlurmController;
 use gmq_node::textfile;
@@ -103,7 +103,12 @@ impl Daemon {
         install_signal_handlers();
         let me = write_pid_file(&dir, &mut log);
         // The job's cgroup, once Slurm has made it (the prolog that started this watchdog runs first).
-        let mut presence = Presence::of_job(Path::new(CGROUP_ROOT), params.job_id, params.uid);
+        let on_node = JobOnNode {
+            job_id: params.job_id,
+            uid: params.uid,
+            sluid: params.sluid,
+        };
+        let mut presence = Presence::of_job(Path::new(CGROUP_ROOT), on_node);
         sweep_leftovers(&policy, &mut log);
         let mut control = SlurmController::from_env(params.job_id);
         let node = gmq_node::slurmctl::this_node();
