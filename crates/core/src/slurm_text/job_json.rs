@@ -434,7 +434,7 @@ mod tests {
                 ("physics", "gpu", "normal")
             );
             assert_eq!(job.user_id, 2001);
-            assert_eq!(job.gpus_on("vm"), Some(&[0, 1][..]));
+            assert_eq!(job.nodes, ["vm"]);
             let info = parse_job_info_json(output, 900181).unwrap();
             assert_eq!(info.job_state, JobState::Running);
             assert_eq!((info.restarts, info.requeue, info.batch_flag), (0, true, 1));
@@ -447,13 +447,14 @@ mod tests {
         }
     }
 
-    /// Real 26.05.5 output for a `--gres=shard:1` job that got a shard of GPU 2.
+    /// Real 26.05.5 output for a `--gres=shard:1` job that got a shard of GPU 2 (per GPU of the
+    /// node, shards held/total, with 26.05's escaped slashes).
     #[test]
-    fn slurm_26_05_shard_jobs_name_the_gpu_their_shards_are_on() {
+    fn slurm_26_05_shard_jobs_count_their_shards() {
         let output = include_str!("../../tests/fixtures/slurm-26.05/squeue-json-shard.json");
         assert!(output.contains(r"shard:1(0\/80,0\/80,1\/80,0\/80)"));
         let job = parse_squeue_json(output, 900182).unwrap();
-        assert_eq!(job.gpus_on("vm"), Some(&[2][..]));
+        assert_eq!(job.shards_on("vm"), Some(1));
     }
 
     /// A batch job that ended `exit 3`, as the dev cluster's squeue --json (22.05.8) printed it
