@@ -5,6 +5,7 @@ mod abi;
 mod hard_limit;
 mod heal;
 mod hints;
+mod nodes;
 mod plugin;
 mod policy;
 mod preempt;

@@ -1223,7 +1223,14 @@ fn g5_a_heterogeneous_jobs_component_over_its_quota_is_stopped() {
             "job {leader}: the component's step never ran: {}",
             output()
         );
-        value_of(&output(), "comp").and_then(|c| c.parse().ok()).unwrap()
+        // The step's SLURM_JOB_ID is the leader's (22.05): the component's own id is slurmctld's.
+        let show = admin("scontrol", &["show", "job", "-o", &leader.to_string()]);
+        show.lines()
+            .find(|l| l.contains(" HetJobOffset=1 "))
+            .and_then(|l| l.strip_prefix("JobId="))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("job {leader}: no component 1: {show}"))
     };
     let stopped = wait_until(Duration::from_secs(30), || {
         watchdog_lines(component)

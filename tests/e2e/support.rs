@@ -34,8 +34,16 @@ pub fn slurm_root() -> Option<PathBuf> {
     .clone()
 }
 
-/// `program` as the lab's Slurm would run it: inside its root where it has one.
+/// `program` as the lab's Slurm would run it: inside its root where it has one; in the network
+/// namespace of slurmctld on a multi-node lab (whose nodes and controller have addresses only there).
 pub fn lab_command(program: impl AsRef<OsStr>) -> Command {
+    if let Some(netns) = login_netns() {
+        let mut cmd = Command::new("/usr/bin/nsenter");
+        cmd.arg(format!("--net={}", netns.display()))
+            .arg("--")
+            .arg(program);
+        return cmd;
+    }
     match slurm_root() {
         Some(root) => {
             let mut cmd = Command::new("chroot");
@@ -46,10 +54,91 @@ pub fn lab_command(program: impl AsRef<OsStr>) -> Command {
     }
 }
 
+/// The controller's network namespace of a multi-node lab (`etc/login-netns`), where the tools run.
+pub fn login_netns() -> Option<PathBuf> {
+    let text = std::fs::read_to_string(lab().join("etc/login-netns")).ok()?;
+    let path = text.trim();
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// A node of a multi-node lab (slurm/lab-nodes, `etc/nodes`): its Slurm name, host name, address
+/// and network namespace.
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub host: String,
+    pub netns: String,
+}
+
+/// The lab's nodes (none on a one-node lab).
+pub fn nodes() -> Vec<Node> {
+    let text = std::fs::read_to_string(lab().join("etc/nodes")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            (f.len() >= 4).then(|| Node {
+                name: f[0].into(),
+                host: f[1].into(),
+                netns: f[3].into(),
+            })
+        })
+        .collect()
+}
+
+impl Node {
+    /// The node's own files as this process sees them (`$LAB/nodes/<name>`).
+    pub fn dir(&self) -> PathBuf {
+        lab().join("nodes").join(&self.name)
+    }
+
+    /// The node's fake GPUs (what its jobs see as /var/lib/fake-nvml).
+    pub fn fake_nvml_dir(&self) -> PathBuf {
+        self.dir().join("fake-nvml")
+    }
+
+    /// The node's runtime directory (the policy's `runtime_dir`, `$LAB/gmq/run` on the node).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.dir().join("gmq/run")
+    }
+
+    /// The node's metrics directory (the policy's `textfile_dir`).
+    pub fn metrics_dir(&self) -> PathBuf {
+        self.dir().join("gmq/metrics")
+    }
+
+    /// `program` run by root in the node's namespaces (network, mount, UTS, cgroup): as on the node.
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let ns = lab_ns_dir();
+        let mut cmd = Command::new("/usr/bin/nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(format!("--mount={}/{}.mnt", ns.display(), self.name))
+            .arg(format!("--uts={}/{}.uts", ns.display(), self.name))
+            .arg(format!("--cgroup={}/{}.cgroup", ns.display(), self.name))
+            .arg("--")
+            .arg(program)
+            .env("SLURM_CONF", slurm_conf());
+        cmd
+    }
+}
+
+/// Where slurm/lab-nodes keeps the nodes' namespace files: `/run/gmq-lab-<ID>` next to the
+/// controller's network namespace `gmq<ID>-ctl`.
+fn lab_ns_dir() -> PathBuf {
+    let netns = login_netns().unwrap_or_default();
+    let name = netns.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let id = name.trim_start_matches("gmq").trim_end_matches("-ctl");
+    PathBuf::from(format!("/run/gmq-lab-{id}"))
+}
+
 /// Where this process finds a fake-NVML file a job names (`/var/lib/fake-nvml/procs/0/123`).
+/// On a multi-node lab: the node's where it is there (a job's pid names one node's claim).
 pub fn fake_nvml_path(seen_by_job: &str) -> PathBuf {
     match Path::new(seen_by_job).strip_prefix("/var/lib/fake-nvml") {
-        Ok(rest) => fake_nvml_dir().join(rest),
+        Ok(rest) => nodes()
+            .iter()
+            .map(|node| node.fake_nvml_dir().join(rest))
+            .find(|path| path.exists())
+            .unwrap_or_else(|| fake_nvml_dir().join(rest)),
         Err(_) => PathBuf::from(seen_by_job),
     }
 }
@@ -57,6 +146,9 @@ pub fn fake_nvml_path(seen_by_job: &str) -> PathBuf {
 /// The lab's fake-GPU scenario directory (tests/fake-nvml/README.md) as this process sees it. Jobs
 /// and the watchdog see it as /var/lib/fake-nvml, as scripts name it.
 pub fn fake_nvml_dir() -> PathBuf {
+    if let Some(first) = nodes().first() {
+        return first.fake_nvml_dir();
+    }
     match slurm_root() {
         Some(_) => lab().join("fake-nvml"),
         None => PathBuf::from("/var/lib/fake-nvml"),

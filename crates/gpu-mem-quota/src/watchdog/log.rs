@@ -1,4 +1,7 @@
-//! The watchdog's log: syslog (facility daemon, ident `gpu-mem-quota`), every line naming the job.
+//! The watchdog's log: syslog (facility daemon, ident `gpu-mem-quota`), every line naming the job
+//! and, at its end, the node by its Slurm NodeName: `job 12: ... (node n2)`. Syslog stamps the host
+//! name of the machine whose syslog daemon took the line, which is not the NodeName where they
+//! differ (NodeHostname, `slurmd -N`, several slurmd on one machine, a relay that restamps).
 //! Where no syslog daemon listens (`/dev/log` missing), lines go to `<state_dir>/watchdog.log`,
 //! a root-owned file, so that nothing is lost silently.
 //!
@@ -27,6 +30,8 @@ use syslog::{Facility, Formatter3164, Logger, LoggerBackend};
 
 pub(crate) struct Log {
     job_id: u32,
+    /// This node's NodeName.
+    node: String,
     sink: Sink,
 }
 
@@ -55,7 +60,11 @@ impl Log {
             Ok(logger) => Sink::Syslog(logger),
             Err(_) => Sink::File(fallback_dir),
         };
-        Log { job_id, sink }
+        Log {
+            job_id,
+            node: gmq_node::slurmctl::this_node(),
+            sink,
+        }
     }
 
     pub(crate) fn info(&mut self, message: &str) {
@@ -71,7 +80,7 @@ impl Log {
     }
 
     fn write(&mut self, level: Level, message: &str) {
-        let line = format!("job {}: {}", self.job_id, message.replace('\n', " / "));
+        let line = log_line(self.job_id, &self.node, message);
         match &mut self.sink {
             Sink::Syslog(logger) => {
                 let _ = match level {
@@ -92,6 +101,11 @@ impl Log {
             }
         }
     }
+}
+
+/// One line of the log: `job JOB: MESSAGE (node NODE)`, on one line.
+fn log_line(job_id: u32, node: &str, message: &str) -> String {
+    format!("job {job_id}: {} (node {node})", message.replace('\n', " / "))
 }
 
 /// Appends `text` to `<state_dir>/watchdog.log` under the rules above.
@@ -144,6 +158,14 @@ mod tests {
             .prefix(&format!("gmq-log-{name}-"))
             .tempdir()
             .unwrap()
+    }
+
+    #[test]
+    fn a_line_names_its_job_first_and_its_node_last() {
+        assert_eq!(
+            log_line(12, "n2", "requeued\nnow"),
+            "job 12: requeued / now (node n2)"
+        );
     }
 
     #[test]
