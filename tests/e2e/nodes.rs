@@ -343,6 +343,67 @@ fn over_the_quota_on_the_second_node_requeues_the_job_once() {
     );
 }
 
+/// A multi-node job whose task on its second node dies near its quota there (a CUDA OOM beats the
+/// sampling): the batch script ran on the first node, which came nowhere near, so the second node's
+/// watchdog self-heals the job: one requeue with near-OOM hints, and the restart completes.
+#[test]
+#[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
+fn an_oom_on_the_second_node_is_self_healed_once() {
+    let Some(_nodes) = lab_nodes(2) else { return };
+    // A long grace: the watchdog never acts while the job runs, only the end decides.
+    let _policy = install_policy(
+        "[defaults]\ndefault = \"none\"\n\n[enforcement]\ninterval = \"500ms\"\ngrace = \"60s\"\n\
+         requeue_near_oom = true\n",
+    );
+    let dir = user_dir("nodes-heal");
+    // Run 0: the second node's task holds 15872M of its 16G (97 %) and dies; the first's holds 2G.
+    let task = task_script(
+        &dir,
+        &format!(
+            "{CLAIM}; run=${{SLURM_RESTART_COUNT:-0}}; \
+             echo task run=$run node=$SLURMD_NODENAME event=$GPU_MEM_QUOTA_LAST_EVENT; \
+             if [ $run = 0 ] && [ $SLURM_NODEID = 1 ]; then claim 15872M; sleep 3; exit 1; fi; \
+             claim 2G; sleep 3"
+        ),
+    );
+    let job = sbatch(
+        &dir,
+        &[
+            "-N2",
+            "--ntasks-per-node=1",
+            "--gres=gpu:1",
+            "--gpu-mem-quota=16G",
+            "--open-mode=append",
+        ],
+        &format!("srun {task}"),
+    );
+    let _cancel = Cancel(vec![job]);
+    let done = wait_until(Duration::from_secs(150), || {
+        job_field(job, "JobState") == "COMPLETED"
+    });
+    let output = output_of(&dir, job);
+    let log = watchdog_lines(job);
+    assert!(
+        done,
+        "job {job} is {}: {output} {log:#?}",
+        job_field(job, "JobState")
+    );
+    assert_eq!(job_field(job, "Restarts"), "1", "job {job}: {output}");
+    let healed: Vec<&String> = log
+        .iter()
+        .filter(|l| l.contains("requeued with near-OOM hints (self-healing"))
+        .collect();
+    assert_eq!(healed.len(), 1, "{log:#?}");
+    let restarted: Vec<String> = task_lines(&output)
+        .into_iter()
+        .filter(|l| value_of(l, "run").as_deref() == Some("1"))
+        .collect();
+    assert_eq!(restarted.len(), 2, "{output}");
+    for line in &restarted {
+        assert_eq!(value_of(line, "event").as_deref(), Some("near-oom"), "{line}");
+    }
+}
+
 /// A node whose NodeName is not its host name (NodeHostname; security review G6): the node finds the
 /// job's shards by its NodeName (slurmstepd's SLURMD_NODENAME), in the batch step and an srun step,
 /// and its watchdog holds the job to them and names the node in its log.

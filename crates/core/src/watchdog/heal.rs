@@ -65,17 +65,16 @@ pub fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
         )
 }
 
-/// The rule. `end`: slurmctld's record of the job; `node`: this node; `run`: the restart count of
-/// the run this watchdog watched; `requeues_by_us`: what the job's record counts (requeues and
-/// holds for GPU memory, self-healing included).
-pub fn decide(
-    end: &JobEnd,
-    node: &str,
-    run: u32,
-    peak: &RunPeak,
-    requeues_by_us: u32,
-    policy: &HealPolicy,
-) -> Verdict {
+/// The rule. `end`: slurmctld's record of the job; `run`: the restart count of the run this
+/// watchdog watched; `requeues_by_us`: what the job's record counts (requeues and holds for GPU
+/// memory, self-healing included).
+///
+/// On a multi-node job the node that came near out of memory decides, whichever node ran the
+/// batch script: the batch node's own peak says nothing of the others (a task that dies of OOM on
+/// the second node fails the job's srun, and so its script). Should several nodes come near, the
+/// first requeue wins: the others find the job requeued (its restart count moved on), or slurmctld
+/// refuses to requeue a pending job ([`after_run`] asks which).
+pub fn decide(end: &JobEnd, run: u32, peak: &RunPeak, requeues_by_us: u32, policy: &HealPolicy) -> Verdict {
     let leave = |why: &str| Verdict::Leave(why.to_string());
     if !near_oom(peak, policy) {
         return leave("self-healing is off, or the run did not come near out of memory");
@@ -93,10 +92,6 @@ pub fn decide(
     }
     if !end.batch || !end.requeue {
         return leave("only a batch job that allows requeue (not --no-requeue) can be requeued");
-    }
-    // One decision per job: on the batch host, whose script's end is the job's.
-    if end.batch_host != node && end.node_count != 1 {
-        return leave("another node ran the batch script: its watchdog decides");
     }
     if requeues_by_us >= policy.max_requeues {
         return Verdict::Leave(format!(
@@ -150,7 +145,7 @@ pub fn after_run(
     // Unknown history must not buy the job more requeues: count every restart as ours. A known
     // one counts no more requeues than slurmctld's restart count says happened (G12).
     let requeues_by_us = requeues_caused(&comment).map_or(end.restarts, |n| n.min(end.restarts));
-    let verdict = decide(&end, &watchdog.node, run, &peak, requeues_by_us, policy);
+    let verdict = decide(&end, run, &peak, requeues_by_us, policy);
     // A script that ended COMPLETED near its quota is said to have ended, not failed.
     let ended = if end.state == JobState::Failed {
         "failed"
@@ -173,6 +168,15 @@ pub fn after_run(
         Verdict::Leave(why) => report.info(&format!("{what}: {why}")),
         Verdict::Requeue => {
             if let Err(e) = control.requeue_ended() {
+                // Another node of the job, near out of memory too, requeued it first.
+                if let Ok(Some(now)) = control.ending() {
+                    if now.restarts != run {
+                        report.info(&format!(
+                            "{what} (near out of memory): another node of the job requeued it first"
+                        ));
+                        return;
+                    }
+                }
                 report.error(&format!(
                     "{what}: self-healing requeue failed ({e}): the job stays FAILED"
                 ));
@@ -309,33 +313,30 @@ mod tests {
     #[test]
     fn a_batch_job_that_failed_near_its_quota_is_requeued() {
         // 15.5G of 16G: within 5 %.
-        assert_eq!(
-            decide(&failed(1), "vm", 0, &peak(31 * G / 2), 0, &ON),
-            Verdict::Requeue
-        );
+        assert_eq!(decide(&failed(1), 0, &peak(31 * G / 2), 0, &ON), Verdict::Requeue);
         // Killed by a signal (a C++ OOM abort): the exit code is 0, the signal tells.
         let aborted = JobEnd {
             exit_code: Some(0),
             signal: 6,
             ..failed(0)
         };
-        assert_eq!(decide(&aborted, "vm", 0, &peak(16 * G), 0, &ON), Verdict::Requeue);
+        assert_eq!(decide(&aborted, 0, &peak(16 * G), 0, &ON), Verdict::Requeue);
         // Near the GPU's size with a quota larger than the GPU.
         let full_gpu = RunPeak {
             peak: 79 * G,
             quota: 100 * G,
             gpu_total: 80 * G,
         };
-        assert_eq!(decide(&failed(1), "vm", 0, &full_gpu, 0, &ON), Verdict::Requeue);
+        assert_eq!(decide(&failed(1), 0, &full_gpu, 0, &ON), Verdict::Requeue);
     }
 
     #[test]
     fn far_from_the_quota_or_switched_off_it_stays_failed() {
-        let far = decide(&failed(1), "vm", 0, &peak(8 * G), 0, &ON);
+        let far = decide(&failed(1), 0, &peak(8 * G), 0, &ON);
         assert!(matches!(far, Verdict::Leave(_)), "{far:?}");
         let off = HealPolicy { enabled: false, ..ON };
         assert!(matches!(
-            decide(&failed(1), "vm", 0, &peak(16 * G), 0, &off),
+            decide(&failed(1), 0, &peak(16 * G), 0, &off),
             Verdict::Leave(_)
         ));
         assert!(!near_oom(&peak(16 * G), &off));
@@ -343,11 +344,9 @@ mod tests {
     }
 
     #[test]
-    fn only_a_failure_of_this_run_of_a_requeueable_batch_job_on_its_batch_host() {
+    fn only_a_failure_of_this_run_of_a_requeueable_batch_job() {
         let near = peak(16 * G);
-        let leaves = |end: JobEnd, node: &str, run: u32| {
-            matches!(decide(&end, node, run, &near, 0, &ON), Verdict::Leave(_))
-        };
+        let leaves = |end: JobEnd, run: u32| matches!(decide(&end, run, &near, 0, &ON), Verdict::Leave(_));
         for state in [
             JobState::Completed,
             JobState::Cancelled,
@@ -363,19 +362,17 @@ mod tests {
                         state: state.clone(),
                         ..failed(1)
                     },
-                    "vm",
                     0
                 ),
                 "{state}"
             );
         }
-        assert!(leaves(failed(0), "vm", 0));
+        assert!(leaves(failed(0), 0));
         assert!(leaves(
             JobEnd {
                 batch: false,
                 ..failed(1)
             },
-            "vm",
             0
         ));
         assert!(leaves(
@@ -383,23 +380,16 @@ mod tests {
                 requeue: false,
                 ..failed(1)
             },
-            "vm",
             0
         ));
-        assert!(leaves(failed(1), "vm", 1), "another run ended");
+        assert!(leaves(failed(1), 1), "another run ended");
+        // The node near out of memory decides, whether or not it ran the batch script.
         let two_nodes = JobEnd {
             batch_host: "n1".into(),
             node_count: 2,
             ..failed(1)
         };
-        assert!(leaves(two_nodes.clone(), "n2", 0));
-        assert_eq!(decide(&two_nodes, "n1", 0, &near, 0, &ON), Verdict::Requeue);
-        // A one-node job whose Slurm node name is not the host name: this node ran it.
-        let renamed = JobEnd {
-            batch_host: "gpu-node-1".into(),
-            ..failed(1)
-        };
-        assert_eq!(decide(&renamed, "vm", 0, &near, 0, &ON), Verdict::Requeue);
+        assert_eq!(decide(&two_nodes, 0, &near, 0, &ON), Verdict::Requeue);
     }
 
     #[test]
@@ -407,10 +397,10 @@ mod tests {
         let near = peak(16 * G);
         for state in [JobState::Running, JobState::Completing] {
             let end = JobEnd { state, ..failed(1) };
-            assert_eq!(decide(&end, "vm", 0, &near, 0, &ON), Verdict::Wait);
+            assert_eq!(decide(&end, 0, &near, 0, &ON), Verdict::Wait);
         }
-        assert_eq!(decide(&failed(1), "vm", 0, &near, 2, &ON), Verdict::Requeue);
-        let Verdict::Leave(why) = decide(&failed(1), "vm", 0, &near, 3, &ON) else {
+        assert_eq!(decide(&failed(1), 0, &near, 2, &ON), Verdict::Requeue);
+        let Verdict::Leave(why) = decide(&failed(1), 0, &near, 3, &ON) else {
             panic!("requeued past max_requeues");
         };
         assert!(why.contains("max_requeues 3"), "{why}");

@@ -121,6 +121,41 @@ fn a_failure_near_the_quota_is_requeued_once_it_shows_then_recorded() {
 }
 
 #[test]
+fn on_a_multi_node_job_the_node_near_out_of_memory_requeues_it() {
+    // The batch script ran on node0; this watchdog's node1 came near its quota (a task that died
+    // of OOM here failed the job's srun, and so its script).
+    let on_node0 = |state, restarts| JobEnd {
+        batch_host: "node0".into(),
+        node_count: 2,
+        restarts,
+        ..ended(state, 1)
+    };
+    let slurm = FakeSlurm {
+        endings: vec![on_node0(JobState::Failed, 0)],
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = heal(31 * G / 2, slurm, &POLICY);
+    assert_eq!(slurm.calls, ["requeue-ended", "comment"], "{:?}", lines.lines);
+
+    // Another node near out of memory too requeued it first: slurmctld refuses a pending job.
+    let slurm = FakeSlurm {
+        endings: vec![on_node0(JobState::Failed, 0), on_node0(JobState::Pending, 1)],
+        fail_actions: 1,
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines, _) = heal(31 * G / 2, slurm, &POLICY);
+    assert_eq!(slurm.calls, ["requeue-ended"], "{:?}", lines.lines);
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.starts_with("info:") && l.contains("another node of the job requeued it first")),
+        "{:?}",
+        lines.lines
+    );
+}
+
+#[test]
 fn far_from_the_quota_slurmctld_is_not_even_asked() {
     let slurm = FakeSlurm {
         endings: vec![ended(JobState::Failed, 1)],

@@ -107,6 +107,10 @@ impl Controller for FakeSlurm {
 
     fn requeue_ended(&mut self) -> Result<(), ControlError> {
         self.calls.push("requeue-ended".into());
+        if self.fail_actions > 0 {
+            self.fail_actions -= 1;
+            return Err(ControlError::Refused("Job is pending execution".into()));
+        }
         Ok(())
     }
 }
