@@ -443,10 +443,10 @@ fn a_user_moving_a_process_between_their_jobs_cannot_keep_preemption_waiting() {
     );
 }
 
-/// Waits up to 10 s for `find` to find something.
+/// Waits up to 30 s for `find` to find something (a loaded machine starts a batch step late).
 fn wait_for<T>(mut find: impl FnMut() -> Option<T>) -> Option<T> {
     let mut found = None;
-    wait_until(Duration::from_secs(10), || {
+    wait_until(Duration::from_secs(30), || {
         found = find();
         found.is_some()
     });

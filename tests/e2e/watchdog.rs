@@ -762,14 +762,17 @@ fn the_watchdog_is_told_the_jobs_sluid() {
     let told: Option<String> = String::from_utf8_lossy(&argv)
         .split('\0')
         .find_map(|w| w.strip_prefix("--sluid=").map(str::to_string));
+    // The prolog starts the watchdog before the batch step's slurmstepd exists.
     let title = format!("slurmstepd: [{job}.batch]");
-    let titled = std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .any(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline).replace('\0', " ").trim() == title
-        });
+    let titled = wait_until(Duration::from_secs(30), || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .any(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).replace('\0', " ").trim() == title
+            })
+    });
     assert!(titled, "job {job}: no process titled {title:?}");
     let out = dir.join(format!("job-{job}.out"));
     let ended = wait_until(Duration::from_secs(60), || {
