@@ -43,6 +43,7 @@ fn output(dir: &Path, job: u32) -> String {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_that_runs_out_of_memory_is_requeued_with_hints_and_finishes_smaller() {
     let _policy = install_policy(&policy(true));
+    fresh_gpus();
     let dir = user_dir("heal-oom");
     let example = copy_example(&dir);
     let job = sbatch(&dir, &OPTIONS, &oom_script(&dir, &example));
@@ -79,6 +80,7 @@ fn a_job_that_runs_out_of_memory_is_requeued_with_hints_and_finishes_smaller() {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn with_self_healing_off_an_oom_stays_failed() {
     let _policy = install_policy(&policy(false));
+    fresh_gpus();
     let dir = user_dir("heal-off");
     let example = copy_example(&dir);
     let job = sbatch(&dir, &OPTIONS, &oom_script(&dir, &example));
@@ -94,6 +96,7 @@ fn with_self_healing_off_an_oom_stays_failed() {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_job_that_fails_far_from_its_quota_is_not_requeued() {
     let _policy = install_policy(&policy(true));
+    fresh_gpus();
     let dir = user_dir("heal-other");
     let example = copy_example(&dir);
     // 12G of 16G for two steps, then a failure of its own.

@@ -115,27 +115,6 @@ impl Drop for Pair {
     }
 }
 
-/// Each test starts from idle GPUs: no claim files left by earlier jobs (a dead job's pid can be
-/// reused by a later process of the same user, and the fake would count its claim again), and no
-/// preemption cooldown left by an earlier test.
-fn fresh_gpus() {
-    for gpu in std::fs::read_dir(fake_nvml_dir().join("procs"))
-        .unwrap()
-        .flatten()
-    {
-        for claim in std::fs::read_dir(gpu.path()).unwrap().flatten() {
-            let _ = std::fs::remove_file(claim.path());
-        }
-    }
-    if let Ok(entries) = std::fs::read_dir(runtime_dir().join("registry")) {
-        for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with("gpu-") {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
-}
-
 /// Also defect 2: the preempted job, within its quota, restarts as preempted at batch scale 1.00
 /// with the peak it really had.
 #[test]

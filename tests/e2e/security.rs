@@ -1000,6 +1000,7 @@ fn g1_a_users_queue_flood_blinds_no_watchdog() {
     // Self-healing reads the same one-job record: a job that runs out of memory near its quota
     // under the flood is requeued once with hints, and finishes from its checkpoint.
     let example = copy_example(&dir);
+    fresh_gpus();
     let healed = sbatch(
         &dir,
         &crate::heal::OPTIONS,

@@ -456,3 +456,24 @@ pub fn copy_example(dir: &Path) -> String {
     run_checked(std::process::Command::new("chmod").arg("0755").arg(&example));
     example.display().to_string()
 }
+
+/// Idle GPUs for a test that needs them: no claim files left by earlier jobs (a dead job's pid can be
+/// reused by a later process of the same user, and the fake would count its claim again), and no
+/// preemption cooldown left by an earlier test. (pid_max is 32768 here: pids come round fast.)
+pub fn fresh_gpus() {
+    for gpu in std::fs::read_dir(fake_nvml_dir().join("procs"))
+        .unwrap()
+        .flatten()
+    {
+        for claim in std::fs::read_dir(gpu.path()).unwrap().flatten() {
+            let _ = std::fs::remove_file(claim.path());
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(runtime_dir().join("registry")) {
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("gpu-") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
