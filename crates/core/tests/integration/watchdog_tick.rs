@@ -130,8 +130,19 @@ fn run(
     slurm: FakeSlurm,
     ticks: u64,
 ) -> (FakeSlurm, Lines, Watchdog) {
-    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
-    watchdog.set_run(0);
+    run_with(settings(), 0, script, slurm, ticks)
+}
+
+/// [`run`] under `settings`, watching run `run_count` of the job.
+fn run_with(
+    settings: Enforcement,
+    run_count: u32,
+    script: Vec<Result<(u64, u64), String>>,
+    slurm: FakeSlurm,
+    ticks: u64,
+) -> (FakeSlurm, Lines, Watchdog) {
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings);
+    watchdog.set_run(run_count);
     let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(script), slurm, Lines::default());
     let t0 = Instant::now();
     for i in 0..ticks {
@@ -313,19 +324,12 @@ fn a_requeue_that_failed_does_not_count_toward_escalation() {
         max_requeues: 1,
         ..settings()
     };
-    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), one_requeue());
-    watchdog.set_run(0);
-    let mut slurm = FakeSlurm {
+    let slurm = FakeSlurm {
         requeueable: true,
         fail_actions: 1,
         ..FakeSlurm::default()
     };
-    let (mut gpus, mut lines) = (FakeGpus::new(vec![Ok((50 * G, 0))]), Lines::default());
-    let t0 = Instant::now();
-    for i in 0..12 {
-        let now = t0 + Duration::from_secs(i);
-        watchdog.tick(now, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
-    }
+    let (slurm, lines, _) = run_with(one_requeue(), 0, vec![Ok((50 * G, 0))], slurm, 12);
     let actions: Vec<&String> = slurm.calls.iter().filter(|c| *c != "comment").collect();
     assert_eq!(actions, ["requeue", "requeue"], "{:?}", lines.lines);
     let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
@@ -337,18 +341,7 @@ fn a_requeue_that_failed_does_not_count_toward_escalation() {
         admin_comment: slurm.admin_comment,
         ..FakeSlurm::default()
     };
-    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), one_requeue());
-    watchdog.set_run(1);
-    let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(vec![Ok((50 * G, 0))]), slurm, Lines::default());
-    for i in 0..6 {
-        watchdog.tick(
-            t0 + Duration::from_secs(i),
-            &mut gpus,
-            &mut ByPid,
-            &mut slurm,
-            &mut lines,
-        );
-    }
+    let (slurm, lines, _) = run_with(one_requeue(), 1, vec![Ok((50 * G, 0))], slurm, 6);
     let actions: Vec<&String> = slurm.calls.iter().filter(|c| *c != "comment").collect();
     assert_eq!(actions, ["requeue-hold"], "{:?}", lines.lines);
 }
