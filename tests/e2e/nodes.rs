@@ -68,16 +68,6 @@ fn output_of(dir: &Path, job: u32) -> String {
     std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default()
 }
 
-/// Our watchdogs' syslog lines about `job` (from every node).
-fn watchdog_lines(job: u32) -> Vec<String> {
-    let about = format!(": job {job}: ");
-    syslog()
-        .lines()
-        .filter(|l| l.contains("gpu-mem-quota[") && l.contains(&about))
-        .map(str::to_string)
-        .collect()
-}
-
 fn binary() -> String {
     lab().join("bin/gpu-mem-quota").display().to_string()
 }
@@ -87,6 +77,27 @@ fn sacct_comment(job: u32) -> String {
         "sacct",
         &["-n", "-X", "-P", "-j", &job.to_string(), "-o", "AdminComment"],
     )
+}
+
+/// `srun TASK` in a batch job of two nodes, one task and one GPU each, under `quota`, its output
+/// appended across restarts.
+fn sbatch_two_nodes(dir: &Path, quota: &str, task: &str) -> u32 {
+    let quota = format!("--gpu-mem-quota={quota}");
+    let options = [
+        "-N2",
+        "--ntasks-per-node=1",
+        "--gres=gpu:1",
+        &quota,
+        "--open-mode=append",
+    ];
+    sbatch(dir, &options, &format!("srun {task}"))
+}
+
+/// Whether the job ends COMPLETED within 150 s (restarts included).
+fn completes(job: u32) -> bool {
+    wait_until(Duration::from_secs(150), || {
+        job_field(job, "JobState") == "COMPLETED"
+    })
 }
 
 /// Cancels the jobs when dropped (a failed assertion leaves nothing running on the lab).
@@ -252,21 +263,9 @@ fn over_the_quota_on_the_second_node_requeues_the_job_once() {
              if [ $run = 0 ]; then sleep 120; echo task not-stopped; else sleep 3; fi"
         ),
     );
-    let job = sbatch(
-        &dir,
-        &[
-            "-N2",
-            "--ntasks-per-node=1",
-            "--gres=gpu:1",
-            "--gpu-mem-quota=20G",
-            "--open-mode=append",
-        ],
-        &format!("srun {task}"),
-    );
+    let job = sbatch_two_nodes(&dir, "20G", &task);
     let _cancel = Cancel(vec![job]);
-    let done = wait_until(Duration::from_secs(150), || {
-        job_field(job, "JobState") == "COMPLETED"
-    });
+    let done = completes(job);
     let output = output_of(&dir, job);
     assert!(done, "job {job} is {}: {output}", job_field(job, "JobState"));
     assert_eq!(job_field(job, "Restarts"), "1", "job {job}: {output}");
@@ -366,21 +365,9 @@ fn an_oom_on_the_second_node_is_self_healed_once() {
              claim 2G; sleep 3"
         ),
     );
-    let job = sbatch(
-        &dir,
-        &[
-            "-N2",
-            "--ntasks-per-node=1",
-            "--gres=gpu:1",
-            "--gpu-mem-quota=16G",
-            "--open-mode=append",
-        ],
-        &format!("srun {task}"),
-    );
+    let job = sbatch_two_nodes(&dir, "16G", &task);
     let _cancel = Cancel(vec![job]);
-    let done = wait_until(Duration::from_secs(150), || {
-        job_field(job, "JobState") == "COMPLETED"
-    });
+    let done = completes(job);
     let output = output_of(&dir, job);
     let log = watchdog_lines(job);
     assert!(

@@ -29,16 +29,6 @@ fn value_of(text: &str, key: &str) -> Option<String> {
     })
 }
 
-/// This run's syslog lines of our watchdogs about `job`.
-fn watchdog_lines(job: u32) -> Vec<String> {
-    let about = format!(": job {job}: ");
-    syslog()
-        .lines()
-        .filter(|l| l.contains("gpu-mem-quota[") && l.contains(&about))
-        .map(str::to_string)
-        .collect()
-}
-
 /// One field of the job's accounting record (`sacct`): AdminComment as slurmdbd has it, a field
 /// no user text can pose as (unlike `scontrol show job`, where a JobName or Comment can imitate it).
 fn sacct_field(job: u32, field: &str) -> String {

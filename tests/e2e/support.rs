@@ -477,3 +477,13 @@ pub fn fresh_gpus() {
         }
     }
 }
+
+/// This run's syslog lines of our watchdogs about `job` (from every node of a multi-node lab).
+pub fn watchdog_lines(job: u32) -> Vec<String> {
+    let about = format!(": job {job}: ");
+    syslog()
+        .lines()
+        .filter(|l| l.contains("gpu-mem-quota[") && l.contains(&about))
+        .map(str::to_string)
+        .collect()
+}
