@@ -112,3 +112,55 @@ fn a_job_that_fails_far_from_its_quota_is_not_requeued() {
     assert_eq!(job_field(job, "Restarts"), "0");
     assert!(!syslog().contains(&format!("job {job}: the batch script failed")));
 }
+
+/// G14: the job's user requeues it (`scontrol requeue`, which an owner may do) while its watchdog
+/// is still deciding whether to self-heal it. The job restarts on the same node within seconds,
+/// maybe while the earlier run's watchdog is still there: the new run's prolog stops that one
+/// (killing it should it not leave), and every run gets a watchdog of its own. (The review's
+/// window, an earlier watchdog blocked for longer in a slow slurmctld, is not the ordinary user's
+/// to stage; the kill is tested on real processes in gmq-node's `earlier_watchdog` tests.)
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g14_a_job_its_user_requeues_while_it_is_self_healed_is_watched_in_every_run() {
+    let _policy = install_policy(&policy(true));
+    fresh_gpus();
+    let dir = user_dir("heal-g14");
+    let example = copy_example(&dir);
+    let job = sbatch(&dir, &OPTIONS, &oom_script(&dir, &example));
+    let id = job.to_string();
+    assert!(
+        wait_until(Duration::from_secs(120), || output(&dir, job)
+            .contains("CUDA out of memory")),
+        "job {job} never ran out of memory: {}",
+        output(&dir, job)
+    );
+    // At once, and again until slurmctld takes it or the watchdog's own requeue got there first.
+    let mut users_requeue = false;
+    wait_until(Duration::from_secs(30), || {
+        users_requeue = as_user("scontrol", &["requeue", &id], &[]).status.success();
+        users_requeue || job_field(job, "Restarts") != "0"
+    });
+    let done = wait_until(Duration::from_secs(240), || {
+        job_field(job, "JobState") == "COMPLETED"
+    });
+    let out = output(&dir, job);
+    assert!(done, "job {job} is {}: {out}", job_field(job, "JobState"));
+    let restarts: usize = job_field(job, "Restarts").parse().unwrap();
+    let lines = watchdog_lines(job);
+    let watched = lines.iter().filter(|l| l.contains("watching GPU(s)")).count();
+    assert_eq!(
+        watched,
+        restarts + 1,
+        "job {job} (the user's requeue {}): a watchdog for each of its {} run(s): {lines:#?}",
+        if users_requeue { "taken" } else { "came second" },
+        restarts + 1
+    );
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.contains("another watchdog already watches this job")),
+        "job {job}: a run's watchdog found the lock taken: {lines:#?}"
+    );
+    assert!(out.contains("done: 6 steps"), "{out}");
+    eprintln!("g14: job {job}: user's requeue taken: {users_requeue}; {restarts} restart(s)");
+}

@@ -33,8 +33,9 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use crate::attribute::ProcessIdentity;
+use crate::attribute::{same_process, signal, ProcessIdentity};
 use crate::trusted_dir::TrustedDir;
 use gmq_core::node_files::{job_dir, NodeFacts, FACTS_FILE, INVENTORY_FILE, LOCK_FILE, PID_FILE};
 
@@ -110,6 +111,66 @@ pub fn read_pid_file(runtime_dir: &Path, job_id: u32) -> Option<ProcessIdentity>
     let pid = words.next()?.parse().ok()?;
     let start_time = words.next()?.parse().ok()?;
     Some(ProcessIdentity { pid, start_time })
+}
+
+/// What became of the watchdog of a job's previous run, found still here when the job restarts on
+/// this node (review G14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EarlierWatchdog {
+    /// None is running: no pid file, or its process is gone.
+    None,
+    /// It left within the grace period after SIGTERM (its `leave` ran).
+    Stopped { pid: u32 },
+    /// It was still there after the grace period (blocked in a slow slurmctld request, say) and
+    /// was SIGKILLed: its lock is free, and its `leave` never ran, so it cannot clear the new run's
+    /// hard limit or remove the new run's files.
+    Killed { pid: u32 },
+    /// It could not be stopped (the kill failed, or it had not gone a second after SIGKILL).
+    StillThere { pid: u32 },
+}
+
+/// Stops the watchdog the job's pid file names, if it is still running: SIGTERM, up to `grace`
+/// for it to leave, then SIGKILL, so that the new run's watchdog always gets the job's lock. Every
+/// signal goes to the very process the pid file names (pid and start time, through a pidfd).
+pub fn stop_earlier_watchdog(
+    proc_root: &Path,
+    runtime_dir: &Path,
+    job_id: u32,
+    grace: Duration,
+) -> EarlierWatchdog {
+    let Some(earlier) = read_pid_file(runtime_dir, job_id) else {
+        return EarlierWatchdog::None;
+    };
+    let pid = earlier.pid;
+    if !same_process(proc_root, &earlier) || signal(proc_root, &earlier, libc::SIGTERM).is_err() {
+        return EarlierWatchdog::None;
+    }
+    if wait_until_gone(proc_root, &earlier, grace) {
+        return EarlierWatchdog::Stopped { pid };
+    }
+    match signal(proc_root, &earlier, libc::SIGKILL) {
+        Err(_) if !same_process(proc_root, &earlier) => EarlierWatchdog::Stopped { pid },
+        Err(_) => EarlierWatchdog::StillThere { pid },
+        // A killed process is reaped by init at once; a second covers a loaded node.
+        Ok(()) if wait_until_gone(proc_root, &earlier, Duration::from_secs(1)) => {
+            EarlierWatchdog::Killed { pid }
+        }
+        Ok(()) => EarlierWatchdog::StillThere { pid },
+    }
+}
+
+/// Whether `process` is gone (exited and reaped) within `wait`, looking every 50 ms.
+fn wait_until_gone(proc_root: &Path, process: &ProcessIdentity, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if !same_process(proc_root, process) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The size of the smallest of `gpus` (gres indices or UUIDs) in the node's inventory, or of the

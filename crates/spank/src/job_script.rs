@@ -15,7 +15,7 @@
 //! input and is checked against the policy here, as in every step.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::handle::Spank;
 use super::{log, options};
@@ -26,9 +26,9 @@ use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_core::sluid::Sluid;
-use gmq_node::attribute::{same_process, signal, sweep_leftovers, JobOnNode, LeftoverOutcome};
+use gmq_node::attribute::{signal, sweep_leftovers, JobOnNode, LeftoverOutcome};
 use gmq_node::preempt_registry;
-use gmq_node::runtime;
+use gmq_node::runtime::{self, EarlierWatchdog};
 use gmq_node::spawn;
 
 const PROC_ROOT: &str = "/proc";
@@ -128,23 +128,23 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
 }
 
 /// The watchdog of the job's previous run, still self-healing when the job restarts here (G14):
-/// told to stop, and waited for (bounded), so that it cannot clear the new run's hard limit or
-/// remove its files on its way out.
+/// stopped (SIGTERM, then SIGKILL after a grace period), so that the new run's watchdog gets the
+/// job's lock and the old one cannot clear the new run's hard limit or remove its files.
 fn stop_earlier_run(job_id: u32, runtime_dir: &Path) {
-    let Some(earlier) = runtime::read_pid_file(runtime_dir, job_id) else {
-        return;
-    };
-    let proc_root = Path::new(PROC_ROOT);
-    if !same_process(proc_root, &earlier) || signal(proc_root, &earlier, libc::SIGTERM).is_err() {
-        return;
-    }
-    log::info(&format!(
-        "job {job_id}: the watchdog of its previous run (pid {}) is still here: stopping it",
-        earlier.pid
-    ));
-    let deadline = Instant::now() + EARLIER_RUN_WAIT;
-    while same_process(proc_root, &earlier) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    match runtime::stop_earlier_watchdog(Path::new(PROC_ROOT), runtime_dir, job_id, EARLIER_RUN_WAIT) {
+        EarlierWatchdog::None => {}
+        EarlierWatchdog::Stopped { pid } => log::info(&format!(
+            "job {job_id}: the watchdog of its previous run (pid {pid}) was still here: stopped it"
+        )),
+        EarlierWatchdog::Killed { pid } => log::error(&format!(
+            "job {job_id}: the watchdog of its previous run (pid {pid}) did not leave within {}s of \
+             SIGTERM: killed it",
+            EARLIER_RUN_WAIT.as_secs()
+        )),
+        EarlierWatchdog::StillThere { pid } => log::error(&format!(
+            "job {job_id}: the watchdog of its previous run (pid {pid}) could not be stopped: the new \
+             run's watchdog may find the job's lock taken and leave the run unwatched"
+        )),
     }
 }
 

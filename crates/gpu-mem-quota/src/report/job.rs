@@ -103,7 +103,30 @@ impl JobReport {
     }
 
     pub fn totals(&self) -> Option<Totals> {
-        self.record().map(Record::totals)
+        let mut totals = self.record().map(Record::totals)?;
+        totals.restarts -= self.requeues_not_carried_out();
+        Some(totals)
+    }
+
+    /// Restarts the record counts that never happened (review G12). A watchdog records its requeue
+    /// before asking for it, because the record must survive the requeue and slurmctld takes no
+    /// update once the job is on its way out; a requeue slurmctld then failed to carry out stays in
+    /// the record, and no run follows it. The runs that did happen are accounting's rows and the
+    /// runs the record has entries of (a run's watchdog wrote, so it started, whether or not
+    /// accounting lists it yet).
+    pub fn requeues_not_carried_out(&self) -> u32 {
+        let Some(record) = self.record() else {
+            return 0;
+        };
+        let listed = u32::try_from(self.runs.len()).unwrap_or(u32::MAX);
+        let recorded = record
+            .entries()
+            .iter()
+            .map(|e| e.run.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        let restarted = listed.max(recorded).saturating_sub(1);
+        record.totals().restarts.saturating_sub(restarted)
     }
 
     /// The job's state: its newest run's.

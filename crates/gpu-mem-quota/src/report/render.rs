@@ -79,7 +79,16 @@ pub fn job_text(job: &JobReport) -> String {
                     events_text(&folded.facts.events)
                 ));
             }
-            out.push_str(&totals_text(&record.totals()));
+            if let Some(totals) = job.totals() {
+                out.push_str(&totals_text(&totals));
+            }
+            let not_carried_out = job.requeues_not_carried_out();
+            if not_carried_out > 0 {
+                out.push_str(&format!(
+                    "The record counts {not_carried_out} requeue(s) that slurmctld did not carry out \
+                     (recorded before they were asked for; no run followed)\n"
+                ));
+            }
         }
     }
     out

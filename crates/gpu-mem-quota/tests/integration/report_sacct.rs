@@ -327,3 +327,36 @@ fn gib_hours_reserved_against_used_over_runs_and_gpus() {
     let doc: serde_json::Value = serde_json::from_str(&jobs_json(&running)).unwrap();
     assert!(doc["gib_hours"].is_null() && doc["jobs"][0]["gib_hours"].is_null());
 }
+
+/// G12: a requeue the watchdog recorded (the record goes first) that slurmctld failed to carry out;
+/// the watchdog then cancelled the job. One run in accounting, and no run in the record after it.
+const REQUEUE_NOT_CARRIED_OUT: &str = "\
+77|77|alice|physics|CANCELLED|2024-06-10T06:00:00|2024-06-10T06:03:00|gpu01|gpu-mem-quota:v1{gpu01/0:q=8G,g0=12G/1a2b3c4d,over_quota=2,requeued=1,cancelled=1,restarts=1,last=cancelled@1718000180,t=1718000180}
+";
+
+#[test]
+fn a_requeue_slurmctld_did_not_carry_out_is_not_counted_as_a_restart() {
+    let jobs = job_reports(&parse_rows(REQUEUE_NOT_CARRIED_OUT).unwrap());
+    let job = &jobs[0];
+    assert_eq!(job.requeues_not_carried_out(), 1);
+    let totals = job.totals().unwrap();
+    assert_eq!(totals.restarts, 0);
+    assert_eq!(
+        totals.events.get(EventKind::Requeued),
+        1,
+        "the event stays: it was tried"
+    );
+    let text = job_text(job);
+    assert!(!text.contains("restart(s) caused by gpu-mem-quota"), "{text}");
+    assert!(
+        text.contains("The record counts 1 requeue(s) that slurmctld did not carry out"),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(&jobs_json(&jobs)).unwrap();
+    assert_eq!(json["jobs"][0]["totals"]["restarts"], 0, "{json}");
+
+    // Requeued twice and both carried out: nothing to say.
+    let twice = job_reports(&parse_rows(REQUEUED_TWICE).unwrap());
+    assert_eq!(twice[0].requeues_not_carried_out(), 0);
+    assert!(!job_text(&twice[0]).contains("did not carry out"));
+}

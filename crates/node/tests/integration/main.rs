@@ -7,6 +7,7 @@ mod attribute_fixtures;
 mod attribute_lifecycle;
 mod cgroup_v2_fixtures;
 mod dashboard_metrics;
+mod earlier_watchdog;
 mod job_submit_lua;
 mod metrics_render;
 mod metrics_textfile;
