@@ -1141,6 +1141,47 @@ fn g7_a_users_process_outside_the_job_on_its_gpu_does_not_outlive_it() {
     eprintln!("g7: job {job}: process {pid}, outside the job, killed at the job's end");
 }
 
+/// G9: where cgroup.conf does not constrain devices (the lab's, like a site that never set
+/// `ConstrainDevices=yes`), `CUDA_VISIBLE_DEVICES` is advice: a job given one GPU puts its memory
+/// on another of the node's. Its watchdog, finding devices unconstrained, samples every GPU, so the
+/// job is held to its quota there too and cancelled over it (`--no-requeue`). Without the fix it
+/// sampled its own GPU alone and the 12G went unseen. (`check-config --slurm-conf` refuses such a
+/// layout: `config_check_cli.rs`.)
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g9_a_job_using_a_gpu_it_was_not_given_is_held_to_its_quota_there() {
+    let _policy = install_policy(&policy(""));
+    fresh_gpus();
+    let dir = user_dir("sec-g9");
+    let script = format!(
+        "G=${{SLURM_JOB_GPUS%%,*}}; O=$(( (G + 1) % 4 )); f={FAKE_PROCS}/$O/$$; \
+         echo given=$G other=$O claim=$f; echo 12G > $f; sleep 120; echo not-stopped"
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G", "--no-requeue"], &script);
+    let cancelled = ended_as(job, "CANCELLED", Duration::from_secs(60));
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    if let Some(claim) = value_of(&output, "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    let lines = watchdog_lines(job);
+    assert!(
+        cancelled,
+        "job {job} is {}: its memory on a GPU it was not given went unseen: {output} {lines:#?}",
+        state(job)
+    );
+    let other = value_of(&output, "other").unwrap_or_default();
+    assert!(
+        lines.iter().any(|l| l.contains("cgroup.conf does not constrain devices")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("12G over its 8G quota")),
+        "job {job}: not held to its quota on GPU {other}: {lines:#?}"
+    );
+    assert!(!output.contains("not-stopped"), "{output}");
+    assert_cleaned_up(job);
+}
+
 /// G4: the job's status file was the user's own inode; they could chmod it, keep it open for
 /// writing once the watchdog renamed a new one over it, and fill the runtime filesystem through the
 /// unlinked inode. Now it is root's, readable by the job's user through an ACL entry: the job
