@@ -443,3 +443,76 @@ impl Drop for CancelJobs {
             .status();
     }
 }
+
+/// G9: where cgroup.conf does not constrain devices (the lab's), a job given no GPU at all puts
+/// 40G on the GPU of a job that keeps within its quota. No quota or watchdog holds it, so before
+/// the fix the contention it made requeued the job within its quota, the only one registered.
+/// Now the GPU's watchdog looks it up in slurmctld's record (given no GPU), says so, and on
+/// contention cancels it first; the job within its quota keeps running.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g9_a_job_given_no_gpu_is_cancelled_before_a_job_within_its_quota() {
+    let _policy = install_policy(&policy());
+    let dir = user_dir("preempt-g9");
+    fresh_gpus();
+    let a = submit(
+        &dir,
+        "a",
+        &["--account=chemistry", "--gpu-mem-quota=50G"],
+        &format!("{CLAIM}; echo 35G > $f; sleep 90"),
+        &[],
+    );
+    assert!(running(a), "A ({a}) did not start");
+    assert!(wait_until(Duration::from_secs(10), || gpu_of(&output(
+        &dir, "a", a
+    ))
+    .is_some()));
+    let gpu = gpu_of(&output(&dir, "a", a)).unwrap();
+    // As the user, without any GPU request: its own `--gres` is none at all.
+    let out = dir.join("rogue-%j.out").display().to_string();
+    let script = format!(
+        "f=/var/lib/fake-nvml/procs/{gpu}/$$; trap 'rm -f $f' EXIT; echo 40G > $f; sleep 90; echo not-stopped"
+    );
+    let submitted = as_user(
+        "sbatch",
+        &["--parsable", "-o", &out, "--account=physics", "--wrap", &script],
+        &[],
+    );
+    let rogue: u32 = String::from_utf8_lossy(&submitted.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("sbatch: {}", text(&submitted)));
+    let cancelled = wait_until(Duration::from_secs(60), || {
+        job_field(rogue, "JobState") == "CANCELLED"
+    });
+    let _ = lab_command("scancel")
+        .args([a.to_string(), rogue.to_string()])
+        .env("SLURM_CONF", slurm_conf())
+        .status();
+    let lines = watchdog_lines(a);
+    assert!(
+        cancelled,
+        "job {rogue}, given no GPU, is {} on GPU {gpu}: {lines:#?}",
+        job_field(rogue, "JobState")
+    );
+    assert_eq!(
+        job_field(a, "Restarts"),
+        "0",
+        "A, within its quota, was preempted: {lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("job {rogue} holds 40G here, but Slurm gave it no GPU"))),
+        "{lines:#?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("preempted job {rogue}: GPU "))
+                && l.contains("given no GPU by Slurm")),
+        "{lines:#?}"
+    );
+    let rogue_out = std::fs::read_to_string(dir.join(format!("rogue-{rogue}.out"))).unwrap_or_default();
+    assert!(!rogue_out.contains("not-stopped"), "{rogue_out}");
+}

@@ -1157,7 +1157,11 @@ fn g9_a_job_using_a_gpu_it_was_not_given_is_held_to_its_quota_there() {
         "G=${{SLURM_JOB_GPUS%%,*}}; O=$(( (G + 1) % 4 )); f={FAKE_PROCS}/$O/$$; \
          echo given=$G other=$O claim=$f; echo 12G > $f; sleep 120; echo not-stopped"
     );
-    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G", "--no-requeue"], &script);
+    let job = sbatch(
+        &dir,
+        &["--gres=gpu:1", "--gpu-mem-quota=8G", "--no-requeue"],
+        &script,
+    );
     let cancelled = ended_as(job, "CANCELLED", Duration::from_secs(60));
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     if let Some(claim) = value_of(&output, "claim") {
@@ -1171,7 +1175,9 @@ fn g9_a_job_using_a_gpu_it_was_not_given_is_held_to_its_quota_there() {
     );
     let other = value_of(&output, "other").unwrap_or_default();
     assert!(
-        lines.iter().any(|l| l.contains("cgroup.conf does not constrain devices")),
+        lines
+            .iter()
+            .any(|l| l.contains("cgroup.conf does not constrain devices")),
         "{lines:#?}"
     );
     assert!(

@@ -409,6 +409,7 @@ mod tests {
             priority: 1,
             nodes: vec!["gpu01".into(), "gpu02".into()],
             shards_by_node: vec![shards, 99],
+            given_gpus: true,
             end: Some(JobEnd {
                 state: JobState::Running,
                 exit_code: None,

@@ -22,6 +22,6 @@ pub use cooldown::GpuCooldown;
 pub use rank::{rank_of, JobPriority};
 pub use rank::{Rank, RankKind, Ranks};
 pub use victim::{
-    contention, decide, victim_order, CannotPreempt, Contention, Decision, GpuSnapshot, JobOnGpu, Skipped,
-    Victim, Why,
+    contention, decide, victim_order, CannotPreempt, Contention, Decision, GpuSnapshot, JobOnGpu, NotGiven,
+    Skipped, Victim, Why,
 };

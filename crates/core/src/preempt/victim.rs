@@ -5,6 +5,9 @@
 //!
 //! The GPU is contended when its free memory is below the reserve, or when the caller's trend
 //! predicts it full within the horizon. Then the order is:
+//! 0. jobs Slurm gave no GPU at all that have memory on this one (they reach it only because
+//!    cgroup.conf does not constrain devices, and no quota or watchdog holds them: review G9), the
+//!    largest first, cancelled;
 //! 1. jobs over their own quota on this GPU (they broke the rule; the others did not);
 //! 2. volunteers (`--gpu-mem-preemptible`);
 //! 3. the lowest rank (`rank`);
@@ -43,6 +46,18 @@ pub struct GpuSnapshot {
     /// caller lists a job here only for a while after it first saw it (its watchdog's start), so
     /// a job that never registers cannot hold preemption off for good.
     pub arriving: Vec<u32>,
+    /// Slurm jobs with memory on the GPU that slurmctld's record says were given no GPU and no
+    /// shard on any node: a process of theirs is here only because devices are not constrained
+    /// (review G9). They have no watchdog and no registry entry.
+    pub not_given: Vec<NotGiven>,
+}
+
+/// A Slurm job using a GPU it was not given (see [`GpuSnapshot::not_given`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotGiven {
+    pub job_id: u32,
+    /// By the job's processes on this GPU.
+    pub used: u64,
 }
 
 /// One job with a watchdog on the node, as far as this GPU is concerned.
@@ -103,7 +118,14 @@ pub fn contention(
 /// Why a job is the victim: the first rule of the order that put it there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Why {
-    OverQuota { used: u64, quota: u64 },
+    /// Slurm gave it no GPU, yet it holds `used` here.
+    NotGiven {
+        used: u64,
+    },
+    OverQuota {
+        used: u64,
+        quota: u64,
+    },
     Volunteer,
     LowestRank(Rank),
 }
@@ -112,7 +134,7 @@ pub enum Why {
 pub struct Victim {
     pub job_id: u32,
     /// `Requeue`, or `RequeueHold` for a job at its cap under `after_max = hold`, or `Cancel` for
-    /// one that cannot be requeued under `non_requeueable = cancel`.
+    /// one that cannot be requeued under `non_requeueable = cancel` and for a job given no GPU.
     pub action: Action,
     pub why: Why,
 }
@@ -200,6 +222,25 @@ pub fn decide(gpu: &GpuSnapshot, settings: &PreemptSettings, cooldown: &GpuCoold
     };
     if let Gate::CoolingDown { until } = cooldown.gate(now, settings.cooldown) {
         return Decision::CoolingDown { contention, until };
+    }
+    // Known from slurmctld's record, so waiting for arriving jobs changes nothing about it.
+    // Cancelled, whatever `non_requeueable` says: requeued, it would do the same again, and left
+    // alone it would make a job within its quota the victim.
+    let largest_not_given = gpu
+        .not_given
+        .iter()
+        .filter(|job| job.used > 0)
+        .max_by_key(|job| (job.used, job.job_id));
+    if let Some(job) = largest_not_given {
+        return Decision::Preempt {
+            contention,
+            victim: Victim {
+                job_id: job.job_id,
+                action: Action::Cancel,
+                why: Why::NotGiven { used: job.used },
+            },
+            skipped: Vec::new(),
+        };
     }
     if !gpu.arriving.is_empty() {
         return Decision::Waiting {
@@ -304,6 +345,11 @@ impl fmt::Display for Why {
             Why::OverQuota { used, quota } => {
                 write!(f, "over its quota ({} of {})", size(*used), size(*quota))
             }
+            Why::NotGiven { used } => write!(
+                f,
+                "given no GPU by Slurm, yet holding {} on this one (cgroup.conf does not constrain devices)",
+                size(*used)
+            ),
             Why::Volunteer => write!(f, "volunteered (--gpu-mem-preemptible)"),
             Why::LowestRank(rank) => write!(f, "lowest priority ({rank})"),
         }

@@ -255,6 +255,7 @@ pub fn parse_squeue_record(output: &str, job_id: u32) -> Result<JobRecord, Strin
         user_id: info.user_id,
         priority: info.priority,
         shards_by_node: vec![shards; nodes.len()],
+        given_gpus: allocates_gpus(tres_alloc),
         nodes,
         end: Some(end),
         het_leader,
@@ -267,6 +268,19 @@ fn known(value: &str) -> String {
         NULL_FIELD | "N/A" => String::new(),
         text => text.to_string(),
     }
+}
+
+/// Whether `tres-alloc` (`cpu=1,node=1,billing=81,gres/gpu=1,gres/gpu:fake=1`) gives the job a GPU
+/// or shards of one: a `gres/gpu` or `gres/shard` item, typed or not, whose count is not 0 (one
+/// without a readable count counts).
+fn allocates_gpus(tres_alloc: &str) -> bool {
+    tres_alloc.split(',').any(|item| {
+        let Some((name, count)) = item.trim().split_once('=') else {
+            return false;
+        };
+        let gres = name.split(':').next().unwrap_or("");
+        matches!(gres, "gres/gpu" | "gres/shard") && count.parse::<u64>().ok() != Some(0)
+    })
 }
 
 /// The `gres/shard` count on each of the job's nodes. What it asked per node (`tres-per-node`,
@@ -430,6 +444,27 @@ mod tests {
             );
         }
         assert!(super::shards_per_node("gres:shard:x", "", 1).is_err());
+    }
+
+    /// G9: whether Slurm gave the job a GPU or shards of one, from `tres-alloc`.
+    #[test]
+    fn a_job_given_gpus_or_shards_is_told_from_one_given_none() {
+        assert!(parse_squeue_record(RUNNING_SHARDS, 7).unwrap().given_gpus);
+        let cpu_only = RUNNING_SHARDS.replace("|gres:shard:8|", "|N/A|").replace(
+            "cpu=1,node=1,billing=9,gres/shard=8",
+            "cpu=1,mem=100M,node=1,billing=1",
+        );
+        assert!(!parse_squeue_record(&cpu_only, 7).unwrap().given_gpus);
+        for (alloc, given) in [
+            ("cpu=1,node=1,billing=81,gres/gpu=1,gres/gpu:fake=1", true),
+            ("cpu=1,gres/gpu:fake=2", true),
+            ("cpu=1,gres/shard=3", true),
+            ("cpu=1,gres/gpu=0", false),
+            ("cpu=1,node=1", false),
+            ("", false),
+        ] {
+            assert_eq!(allocates_gpus(alloc), given, "{alloc}");
+        }
     }
 
     #[test]

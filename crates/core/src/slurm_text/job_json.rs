@@ -30,6 +30,11 @@ pub struct JobRecord {
     pub nodes: Vec<String>,
     /// Per node, how many `gres/shard` the job holds there (0 where it holds none).
     pub shards_by_node: Vec<u64>,
+    /// Whether Slurm gave the job a GPU (`gres/gpu`) or shards of one (`gres/shard`) on any of its
+    /// nodes. A job given none that has memory on a GPU reaches it only because cgroup.conf does not
+    /// constrain devices (review G9). Where the allocation cannot be read, true: such a job is
+    /// never taken for one that was given none.
+    pub given_gpus: bool,
     /// Its state and, once it ended, how; `None` where slurmctld printed no `job_state`.
     pub end: Option<JobEnd>,
     /// The leader of the heterogeneous job this is a later component of (`HetJobId`, when it is
@@ -225,11 +230,22 @@ pub fn parse_squeue_json(output: &str, job_id: u32) -> Result<JobRecord, String>
         priority: job.priority.as_ref().and_then(whole_number).unwrap_or(0),
         nodes,
         shards_by_node,
+        given_gpus: job.gres_detail.iter().any(|detail| names_gpus(detail)),
         het_leader: job
             .het_job_id
             .as_ref()
             .and_then(whole_number)
             .filter(|&leader| leader != 0 && leader != job_id),
+    })
+}
+
+/// Whether one node's GRES detail (`gpu:fake:1(IDX:0)`, `shard:40(IDX:0)`) holds a GPU or shards
+/// of one: a `gpu` or `shard` item whose count is not 0 (one without a readable count counts).
+fn names_gpus(detail: &str) -> bool {
+    split_items(detail).into_iter().any(|item| {
+        let head = item.split('(').next().unwrap_or("");
+        matches!(head.split(':').next(), Some("gpu" | "shard"))
+            && head.rsplit(':').next().and_then(|n| n.parse::<u64>().ok()) != Some(0)
     })
 }
 
@@ -342,7 +358,9 @@ mod tests {
         let job = parse_squeue_json(TWO_JOBS, 1).unwrap();
         assert_eq!(job.admin_comment, "");
         assert!(job.shards_by_node.is_empty() && job.nodes.is_empty());
+        assert!(!job.given_gpus);
         let job = parse_squeue_json(TWO_JOBS, 12).unwrap();
+        assert!(job.given_gpus);
         assert_eq!(job.admin_comment, "ticket=7 gpu-mem-quota:v1{vm/0:q=40G}");
         assert_eq!(job.account, "physics");
         assert_eq!(job.nodes, ["vm", "n1"]);
@@ -375,6 +393,47 @@ mod tests {
                 .unwrap_err()
                 .contains("no record for job 500000 among 1"));
         }
+    }
+
+    /// G9: whether Slurm gave the job a GPU, from the real records of a GPU job and of shard jobs
+    /// (24.11.5, 26.05); a CPU-only job's `gres_detail` is empty.
+    #[test]
+    fn a_job_given_gpus_or_shards_is_told_from_one_given_none() {
+        for (output, job_id) in [
+            (
+                include_str!("../../tests/fixtures/slurm-24.11/squeue-json-running.json"),
+                500001,
+            ),
+            (
+                include_str!("../../tests/fixtures/slurm-24.11/squeue-json-shard.json"),
+                0,
+            ),
+            (
+                include_str!("../../tests/fixtures/slurm-26.05/squeue-json-shard.json"),
+                0,
+            ),
+        ] {
+            let job_id = if job_id == 0 { first_job_id(output) } else { job_id };
+            assert!(
+                parse_squeue_json(output, job_id).unwrap().given_gpus,
+                "job {job_id}"
+            );
+        }
+        for (detail, given) in [
+            ("gpu:fake:1(IDX:0)", true),
+            ("shard:40(IDX:0)", true),
+            ("gpu(IDX:0)", true),
+            ("gpu:fake:0(IDX:N/A)", false),
+            ("shard:0(0/80)", false),
+            ("", false),
+        ] {
+            assert_eq!(names_gpus(detail), given, "{detail}");
+        }
+    }
+
+    fn first_job_id(output: &str) -> u32 {
+        let doc: Value = serde_json::from_str(output).unwrap();
+        whole_number(&doc["jobs"][0]["job_id"]).unwrap()
     }
 
     /// What `SlurmTools::job` reads on 24.11: the same facts `squeue --Format` gives, from the

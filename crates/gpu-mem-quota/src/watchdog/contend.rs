@@ -6,6 +6,11 @@
 //! the victim's watchdog acts, on its own job, after claiming the GPU's cooldown; a victim whose
 //! watchdog is dead (stale heartbeat, process gone) is acted for by one other watchdog, once, under
 //! the registry's lock.
+//!
+//! A Slurm job with memory on the GPU that never registers (no watchdog here) is looked up once in
+//! slurmctld's record: one that Slurm gave no GPU at all reaches this one only because cgroup.conf
+//! does not constrain devices (review G9). It is reported, and on contention it is the first victim,
+//! cancelled by one of the GPU's watchdogs under the GPU's cooldown claim.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,15 +18,17 @@ use std::path::{Path, PathBuf};
 use gmq_core::config::Action;
 use gmq_core::controller::{AdminComment, ControlError, Controller};
 use gmq_core::node_files;
-use gmq_core::preempt::{decide, rank_of, Decision, JobPriority, PreemptSettings, Rank};
+use gmq_core::preempt::{decide, rank_of, Decision, JobPriority, NotGiven, PreemptSettings, Rank};
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
+use gmq_core::slurm_text::JobRecord;
 use gmq_core::watchdog::gpu::GpuSample;
 use gmq_core::watchdog::shared_record::{count_action, record_first, Recorded};
 use gmq_core::watchdog::{unix_now, Reporter};
 use gmq_node::attribute::{self, ProcessIdentity};
 use gmq_node::preempt_registry::{DeadClaim, Entry, GpuRef, Registry};
 use gmq_node::slurm_controller::SlurmController;
+use gmq_node::slurmctl::SlurmTools;
 
 /// What the watchdog knows of its job for the registry.
 pub(crate) struct JobFacts {
@@ -53,8 +60,35 @@ pub(crate) struct Contender {
     /// Per GPU (uuid), since when its contention has been waiting for arriving jobs: one wait
     /// lasts a heartbeat timeout at most, however many jobs arrive during it (G8).
     waiting_since: BTreeMap<String, u64>,
+    /// What slurmctld's record says of the Slurm jobs on this job's GPUs that never registered
+    /// (asked once per job; again a minute after a failed read).
+    unregistered_jobs: BTreeMap<u32, Allocation>,
     /// Set once this watchdog preempted its own job: nothing more to decide.
     done: bool,
+}
+
+/// Whether a Slurm job without a watchdog here was given GPUs, as slurmctld's record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allocation {
+    /// Given a GPU or shards somewhere: its watchdog failed to start, or it has none on this node.
+    /// Not ours to act on.
+    GivenGpus,
+    /// Given none (review G9).
+    NotGiven,
+    /// Its record could not be read; asked again from then on (unix seconds).
+    Unknown { ask_again_at: u64 },
+}
+
+/// How long after a failed read of a job's record it is asked for again.
+const RECORD_RETRY_SECS: u64 = 60;
+
+/// The allocation a job's record shows.
+fn allocation_of(record: &JobRecord) -> Allocation {
+    if record.given_gpus {
+        Allocation::GivenGpus
+    } else {
+        Allocation::NotGiven
+    }
 }
 
 impl Contender {
@@ -96,6 +130,7 @@ impl Contender {
             user_names: BTreeMap::new(),
             unregistered_since: BTreeMap::new(),
             waiting_since: BTreeMap::new(),
+            unregistered_jobs: BTreeMap::new(),
             done: false,
         })
     }
@@ -125,11 +160,19 @@ impl Contender {
         let timeout = self.settings.heartbeat_timeout.as_secs();
         for gpu in mine {
             let on_gpu: Vec<&Entry> = entries.iter().filter(|e| e.uses_gpu(&gpu.uuid)).collect();
-            let (used_by, unregistered) = self.usage_by_job(gpu, &on_gpu, &entries);
+            let (used_by, unregistered_use) = self.usage_by_job(gpu, &on_gpu, &entries);
+            let unregistered: Vec<u32> = unregistered_use.keys().copied().collect();
             let new_arrival = unregistered
                 .iter()
                 .any(|job| !self.unregistered_since.contains_key(job));
             let mut arriving = still_arriving(&unregistered, &mut self.unregistered_since, now, timeout);
+            // Those whose wait is over: what slurmctld gave them decides whether they go first.
+            let not_given: Vec<NotGiven> = unregistered_use
+                .iter()
+                .filter(|(job, _)| !arriving.contains(job))
+                .filter(|(&job, &used)| self.not_given(job, gpu.index, used, now, report))
+                .map(|(&job_id, &used)| NotGiven { job_id, used })
+                .collect();
             let waited = self.waiting_since.get(&gpu.uuid).copied();
             if waited.is_some_and(|since| now.saturating_sub(since) >= timeout) {
                 arriving.clear();
@@ -145,6 +188,7 @@ impl Contender {
                 seconds_to_full: None,
                 jobs,
                 arriving,
+                not_given: not_given.clone(),
             };
             let cooldown = match self.registry.gpu_cooldown(&gpu.uuid) {
                 Ok(c) => c,
@@ -187,6 +231,8 @@ impl Contender {
                     self.done = true;
                     return true;
                 }
+            } else if not_given.iter().any(|job| job.job_id == victim.job_id) {
+                self.act_for_not_given(victim.job_id, &gpu.uuid, victim.action, &why, report, now);
             } else if let Some(entry) = entries.iter().find(|e| e.job_id == victim.job_id) {
                 if entry.is_stale(now, self.settings.heartbeat_timeout, &self.proc_root) {
                     self.act_for_dead(entry, &gpu.uuid, victim.action, &why, report, now);
@@ -196,20 +242,72 @@ impl Contender {
         false
     }
 
+    /// Whether `job`, a Slurm job on GPU `index` with no registry entry past its arrival, was
+    /// given no GPU: slurmctld's record, read once per job (a failed read is asked again a minute
+    /// later, and says nothing meanwhile). Said in the log once, when first known.
+    fn not_given(&mut self, job: u32, index: u32, used: u64, now: u64, report: &mut dyn Reporter) -> bool {
+        let known = self.unregistered_jobs.get(&job).copied();
+        let allocation = match known {
+            Some(Allocation::Unknown { ask_again_at }) if now < ask_again_at => return false,
+            Some(Allocation::GivenGpus) => return false,
+            Some(Allocation::NotGiven) => return true,
+            _ => match SlurmTools::find_configured()
+                .with_json_job_reads_detected()
+                .job_record(job)
+            {
+                Ok(record) => allocation_of(&record),
+                Err(e) => {
+                    if known.is_none() {
+                        report.warning(&format!(
+                            "GPU {index}: job {job} holds {} here without a watchdog on this node, \
+                             and its record cannot be read ({e}): left alone",
+                            ByteSize::from_bytes(used).floor_mib()
+                        ));
+                    }
+                    Allocation::Unknown {
+                        ask_again_at: now + RECORD_RETRY_SECS,
+                    }
+                }
+            },
+        };
+        self.unregistered_jobs.insert(job, allocation);
+        match allocation {
+            Allocation::NotGiven => {
+                report.warning(&format!(
+                    "GPU {index}: job {job} holds {} here, but Slurm gave it no GPU (cgroup.conf does \
+                     not constrain devices: docs/SAFETY.md, G9): no quota holds it; on contention it \
+                     is cancelled first",
+                    ByteSize::from_bytes(used).floor_mib()
+                ));
+                true
+            }
+            Allocation::GivenGpus => {
+                report.info(&format!(
+                    "GPU {index}: job {job} holds {} here without a watchdog on this node (Slurm gave \
+                     it GPUs: its watchdog did not start, or they are on another node): left alone",
+                    ByteSize::from_bytes(used).floor_mib()
+                ));
+                false
+            }
+            Allocation::Unknown { .. } => false,
+        }
+    }
+
     /// Bytes each job on this GPU (`on_gpu`, from the registry) is held to: a process counts for
     /// a job by the same rule as the job's own watchdog applies (`attribute::counts_for_job`),
     /// so a process moved between a user's jobs counts for each, and one that left its job (a
     /// daemon under linuxproc) counts for its user's jobs on this GPU. The registry knows users by
     /// name: the process's uid is named through passwd. Also the Slurm jobs (by their cgroup
-    /// claims) with memory on the GPU that have no entry in `registered` at all, in job id order.
+    /// claims) with memory on the GPU that have no entry in `registered` at all, with the bytes of
+    /// their processes there.
     fn usage_by_job(
         &mut self,
         gpu: &GpuSample,
         on_gpu: &[&Entry],
         registered: &[Entry],
-    ) -> (BTreeMap<u32, u64>, Vec<u32>) {
+    ) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
         let mut used = BTreeMap::new();
-        let mut unregistered = Vec::new();
+        let mut unregistered = BTreeMap::new();
         for p in &gpu.processes {
             let owner = attribute::owner_of(&self.proc_root, &self.cgroup_root, p.pid);
             let attribute::Owner::Process { real_uid, claims, .. } = &owner else {
@@ -220,7 +318,8 @@ impl Contender {
                 // any of their jobs, to keep preemption waiting (G8).
                 for claim in claims.iter().filter(|c| c.level == attribute::Level::Slurm) {
                     if !registered.iter().any(|e| e.job_id == claim.job_id) {
-                        unregistered.push(claim.job_id);
+                        let bytes: &mut u64 = unregistered.entry(claim.job_id).or_insert(0);
+                        *bytes = bytes.saturating_add(p.used.unwrap_or(0));
                     }
                 }
             }
@@ -240,8 +339,6 @@ impl Contender {
                 }
             }
         }
-        unregistered.sort_unstable();
-        unregistered.dedup();
         (used, unregistered)
     }
 
@@ -336,6 +433,38 @@ impl Contender {
                     victim.job_id
                 ));
             }
+        }
+    }
+
+    /// The victim is a job Slurm gave no GPU (review G9): one of the GPU's watchdogs cancels it,
+    /// the one that claims the GPU's cooldown first; the others find it claimed. The cancel is
+    /// recorded in that job's AdminComment first, as every preemption is.
+    fn act_for_not_given(
+        &mut self,
+        job: u32,
+        uuid: &str,
+        action: Action,
+        why: &str,
+        report: &mut dyn Reporter,
+        now: u64,
+    ) {
+        match self.registry.claim_gpu(uuid, job, now, self.settings.cooldown) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return,
+            Err(e) => {
+                report.error(&format!("cannot claim the GPU for a preemption: {e}"));
+                return;
+            }
+        }
+        let mut control = SlurmController::from_env(job);
+        let run = RunRecord {
+            node: &self.node,
+            quota: None,
+            so_far: None,
+        };
+        match record_and_act(&mut control, run, action, why, report) {
+            Ok(()) => report.warning(&format!("preempted job {job}: {why}; {}", action.name())),
+            Err(e) => report.error(&format!("could not preempt job {job}: {e}")),
         }
     }
 

@@ -84,6 +84,7 @@ fn simulate(settings: &PreemptSettings, seconds: u64) -> (Vec<Preempted>, Vec<(u
             seconds_to_full: None,
             jobs,
             arriving: Vec::new(),
+            not_given: Vec::new(),
         };
         let decision = decide(&snapshot, settings, &cooldown, now);
         if let Decision::Preempt { victim, .. } = decision {

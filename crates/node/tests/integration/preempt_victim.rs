@@ -7,7 +7,7 @@ use gmq_core::config::{Action, NonRequeueable};
 use gmq_core::preempt::cooldown::Preemption;
 use gmq_core::preempt::{
     contention, decide, victim_order, AfterMax, CannotPreempt, Contention, Decision, GpuCooldown,
-    GpuSnapshot, JobOnGpu, PreemptSettings, Rank, Skipped, Victim, Why,
+    GpuSnapshot, JobOnGpu, NotGiven, PreemptSettings, Rank, Skipped, Victim, Why,
 };
 
 const G: u64 = 1 << 30;
@@ -44,6 +44,7 @@ fn gpu(other_gib: u64, jobs: Vec<JobOnGpu>) -> GpuSnapshot {
         seconds_to_full: None,
         jobs,
         arriving: Vec::new(),
+        not_given: Vec::new(),
     }
 }
 
@@ -525,6 +526,46 @@ fn none_while_a_job_on_the_gpu_has_not_registered() {
     );
 }
 
+/// G9: a job Slurm gave no GPU, with memory on this one (devices not constrained), is the victim
+/// before any job with a watchdog, even one over its quota and even while another job is
+/// arriving; cancelled (whatever `non_requeueable` says); the largest of several first. One
+/// holding nothing here frees nothing.
+#[test]
+fn a_job_given_no_gpu_goes_first() {
+    let not_given = |job_id: u32, used_gib: u64| NotGiven {
+        job_id,
+        used: used_gib * G,
+    };
+    let mut over_quota = job(1, 45);
+    over_quota.quota = Some(40 * G);
+    let mut snapshot = gpu(0, vec![over_quota, job(2, 10)]);
+    snapshot.not_given = vec![not_given(7, 12), not_given(8, 20), not_given(9, 0)];
+    snapshot.used += 32 * G;
+    snapshot.arriving = vec![3];
+    let decision = decide(&snapshot, &settings(), &GpuCooldown::default(), NOW);
+    let want = Victim {
+        job_id: 8,
+        action: Action::Cancel,
+        why: Why::NotGiven { used: 20 * G },
+    };
+    assert_eq!(decision.victim().copied(), Some(want), "{decision:?}");
+
+    // Holding nothing here: the order as without it (job 3 is still arriving).
+    snapshot.not_given = vec![not_given(9, 0)];
+    assert!(matches!(
+        decide(&snapshot, &settings(), &GpuCooldown::default(), NOW),
+        Decision::Waiting { .. }
+    ));
+    // A calm GPU stays calm.
+    let mut calm = gpu(0, vec![job(2, 10)]);
+    calm.not_given = vec![not_given(7, 12)];
+    calm.used += 12 * G;
+    assert_eq!(
+        decide(&calm, &settings(), &GpuCooldown::default(), NOW),
+        Decision::Calm
+    );
+}
+
 #[test]
 fn the_order_is_total() {
     let jobs = vec![
@@ -584,6 +625,10 @@ fn reasons_read_well() {
     assert_eq!(contention.to_string(), "free GPU memory 3G below the reserve 4G");
     assert_eq!(victim.why.to_string(), "over its quota (35G of 30G)");
     assert_eq!(Why::Volunteer.to_string(), "volunteered (--gpu-mem-preemptible)");
+    assert_eq!(
+        Why::NotGiven { used: 12 * G }.to_string(),
+        "given no GPU by Slurm, yet holding 12G on this one (cgroup.conf does not constrain devices)"
+    );
     assert_eq!(
         Why::LowestRank(rank(-10)).to_string(),
         "lowest priority (rank -10 (Slurm priority 1000))"
