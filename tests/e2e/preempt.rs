@@ -516,3 +516,44 @@ fn g9_a_job_given_no_gpu_is_cancelled_before_a_job_within_its_quota() {
     let rogue_out = std::fs::read_to_string(dir.join(format!("rogue-{rogue}.out"))).unwrap_or_default();
     assert!(!rogue_out.contains("not-stopped"), "{rogue_out}");
 }
+
+/// G13: `sbatch --no-requeue` made a job immune to preemption, so a job within its quota and ranked
+/// above it was requeued in its place. With `non_requeueable = "cancel"` the lower-ranked job that
+/// cannot be requeued is the victim all the same, cancelled; the other keeps running. (The default,
+/// `"skip"`, keeps the documented behaviour: `preempt_victim.rs::jobs_that_cannot_be_preempted`.)
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn g13_a_job_that_opted_out_of_requeue_is_cancelled_when_the_policy_says_so() {
+    let policy = policy().replace(
+        "heartbeat_timeout = \"3s\"\n",
+        "heartbeat_timeout = \"3s\"\nnon_requeueable = \"cancel\"\n",
+    );
+    assert!(policy.contains("non_requeueable"));
+    let _policy = install_policy(&policy);
+    let pair = Pair::start(
+        "preempt-g13",
+        &["--account=physics", "--gpu-mem-quota=50G"],
+        "45G",
+        &["--account=chemistry", "--gpu-mem-quota=30G", "--no-requeue"],
+        "28G",
+        &[],
+    );
+    pair.contend();
+    let cancelled = wait_until(Duration::from_secs(40), || {
+        job_field(pair.b, "JobState") == "CANCELLED"
+    });
+    assert!(
+        cancelled,
+        "B ({}, --no-requeue, lower rank) is {}; A is {} with {} restart(s)",
+        pair.b,
+        job_field(pair.b, "JobState"),
+        job_field(pair.a, "JobState"),
+        job_field(pair.a, "Restarts")
+    );
+    assert_eq!(job_field(pair.a, "JobState"), "RUNNING", "A must keep running");
+    assert_eq!(job_field(pair.a, "Restarts"), "0");
+    assert!(
+        syslog().contains(&format!("job {}: preempted: GPU", pair.b)),
+        "no preemption line"
+    );
+}
