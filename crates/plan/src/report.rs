@@ -48,6 +48,12 @@ fn techniques(job: &Job) -> String {
     if job.persistent_grads() {
         out.push("gradients kept between steps".to_string());
     }
+    if job.virtual_stages > 1 {
+        out.push(format!(
+            "interleaved pipeline schedule, {} model chunks per stage",
+            job.virtual_stages
+        ));
+    }
     if out.is_empty() {
         String::new()
     } else {
@@ -248,6 +254,13 @@ struct ConfigJson<'a> {
     activation_offload: bool,
     optimizer_in_backward: bool,
     persistent_grads: bool,
+    /// Only with an interleaved schedule, so that the JSON of earlier flags is unchanged.
+    #[serde(skip_serializing_if = "is_one")]
+    virtual_stages: u64,
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 #[derive(Serialize)]
@@ -318,6 +331,7 @@ pub fn json(plan: &Plan) -> String {
         activation_offload: job.activation_offload,
         optimizer_in_backward: job.optimizer_in_backward,
         persistent_grads: job.persistent_grads(),
+        virtual_stages: job.virtual_stages,
     };
     let terms = b
         .terms

@@ -1,0 +1,163 @@
+//! Issue 29: per-op selective checkpointing (torchtitan), the ladder with fused attention,
+//! interleaved pipeline schedules, padded vocabularies and GPT-style shapes. Each test asserts an
+//! outcome of the mechanism; their measured rows are in plan_validation.rs.
+
+use gmq_plan::presets::find;
+use gmq_plan::shape::gpt;
+use gmq_plan::{estimate, ladder, Checkpointing, Framework, Job, Model, Precision, Sharding};
+
+const GIB: u64 = 1 << 30;
+
+fn llama_8b(checkpointing: Checkpointing) -> Job {
+    let mut job = Job::new(Model::Shaped(find("llama-3.1-8b").unwrap().shape()), 2, 8192);
+    job.parallel.dp = 8;
+    job.sharding = Sharding::Fsdp;
+    job.checkpointing = checkpointing;
+    job
+}
+
+fn activations(job: &Job) -> u64 {
+    let est = estimate(job).unwrap();
+    est.breakdown
+        .terms
+        .iter()
+        .find(|t| t.key == "activations")
+        .unwrap()
+        .bytes
+}
+
+#[test]
+fn per_op_checkpointing_keeps_input_every_other_matmul_and_attention_outputs() {
+    // Llama 3.1 8B, bf16, flash: input 2h, Q 2h, V 2kv, gate 2f, down 2h (matmuls 1, 3, 5, 7 of
+    // wq wk wv wo w1 w3 w2), attention output 2h and log-sum-exp 4a, per token and layer.
+    let (h, kv, f, a) = (4096u64, 1024u64, 14336u64, 32u64);
+    let per_token = 2 * h + 2 * h + 2 * kv + 2 * f + 2 * h + 2 * h + 4 * a;
+    let tokens = 2 * 8192;
+    assert_eq!(
+        activations(&llama_8b(Checkpointing::SelectiveOp)),
+        32 * tokens * per_token
+    );
+}
+
+#[test]
+fn per_op_checkpointing_sits_between_full_and_none() {
+    let op = estimate(&llama_8b(Checkpointing::SelectiveOp)).unwrap().peak();
+    let full = estimate(&llama_8b(Checkpointing::Full)).unwrap().peak();
+    let none = estimate(&llama_8b(Checkpointing::None)).unwrap().peak();
+    assert!(full < op && op < none, "{full} {op} {none}");
+}
+
+#[test]
+fn with_fused_attention_megatron_selective_saves_nothing_and_is_not_offered() {
+    let job = llama_8b(Checkpointing::None);
+    let selective = Job {
+        checkpointing: Checkpointing::Selective,
+        ..job.clone()
+    };
+    assert_eq!(
+        estimate(&selective).unwrap().peak(),
+        estimate(&job).unwrap().peak()
+    );
+    let rungs = ladder(&job, 60 * GIB).unwrap();
+    let flags: Vec<&str> = rungs.iter().map(|r| r.flag.as_str()).collect();
+    assert!(!flags.contains(&"--checkpointing selective"), "{flags:?}");
+    assert_eq!(flags.first(), Some(&"--checkpointing selective-op"), "{flags:?}");
+    // Without fused attention the score tensors are there to drop: it is offered.
+    let eager = Job {
+        flash: false,
+        framework: Framework::Megatron,
+        sharding: Sharding::None,
+        ..job
+    };
+    let rungs = ladder(&eager, 20 * GIB).unwrap();
+    assert!(rungs.iter().any(|r| r.flag == "--flash"));
+}
+
+#[test]
+fn per_op_checkpointing_is_torchtitan_only() {
+    let mut job = llama_8b(Checkpointing::SelectiveOp);
+    job.framework = Framework::Megatron;
+    job.sharding = Sharding::Zero(1);
+    assert_eq!(estimate(&job).unwrap_err().flag, "--checkpointing");
+}
+
+fn megatron_gpt(tp: u64, pp: u64, virtual_stages: u64) -> Job {
+    let shape = gpt("gpt", 32, 4096, 32, 8, 131_073, 8192, false);
+    let mut job = Job::new(Model::Shaped(shape), 1, 8192);
+    job.framework = Framework::Megatron;
+    job.parallel.tp = tp;
+    job.parallel.pp = pp;
+    job.grad_accum = 4;
+    job.virtual_stages = virtual_stages;
+    job
+}
+
+#[test]
+fn interleaving_moves_the_peak_to_the_last_stage() {
+    // 1F1B: the first stage holds p micro-batches, the last one.
+    let plain = estimate(&megatron_gpt(1, 4, 1)).unwrap();
+    assert!(
+        plain.breakdown.stage.starts_with("first"),
+        "{}",
+        plain.breakdown.stage
+    );
+    // Interleaved with 8 chunks of one layer and 4 micro-batches: the last rank runs
+    // (v - 1) p = 28 warm-up chunk forwards and one more, 29 of its 32 chunk-micro-batches.
+    let interleaved = estimate(&megatron_gpt(1, 4, 8)).unwrap();
+    assert!(
+        interleaved.breakdown.stage.starts_with("last"),
+        "{}",
+        interleaved.breakdown.stage
+    );
+    let last = interleaved.stages.last().unwrap();
+    let label = &last.terms.iter().find(|t| t.key == "activations").unwrap().label;
+    assert!(label.contains("29 chunk-micro-batches"), "{label}");
+    assert!(interleaved.peak() > plain.peak());
+}
+
+#[test]
+fn virtual_stages_need_a_pipeline_and_whole_layers() {
+    assert_eq!(
+        estimate(&megatron_gpt(1, 1, 2)).unwrap_err().flag,
+        "--virtual-stages"
+    );
+    assert_eq!(
+        estimate(&megatron_gpt(1, 4, 3)).unwrap_err().flag,
+        "--virtual-stages"
+    );
+}
+
+#[test]
+fn megatron_pads_the_vocabulary_to_128_times_tp() {
+    let job = megatron_gpt(4, 1, 1);
+    assert_eq!(job.padded_vocab(131_073), 131_584);
+    assert_eq!(megatron_gpt(1, 1, 1).padded_vocab(50_257), 50_304);
+    assert_eq!(megatron_gpt(1, 1, 1).padded_vocab(32_000), 32_000);
+    let est = estimate(&job).unwrap();
+    assert!(est.breakdown.notes.iter().any(|n| n.contains("131073 to 131584")));
+    let Model::Shaped(shape) = &est.job.model else {
+        panic!()
+    };
+    assert_eq!(shape.vocab, 131_584);
+    // Other stacks keep the tokenizer's vocabulary unless told to pad.
+    let mut hf = Job::new(Model::Shaped(find("gpt2").unwrap().shape()), 1, 1024);
+    assert_eq!(hf.padded_vocab(50_257), 50_257);
+    hf.vocab_multiple = Some(64);
+    assert_eq!(hf.padded_vocab(50_257), 50_304);
+}
+
+#[test]
+fn gpt_shape_counts_positions_and_an_untied_output_layer() {
+    // GPT-2 small from the constructor: the published 124,439,808 tied; untied adds V x h.
+    let tied = gpt("g", 12, 768, 12, 12, 50_257, 1024, true);
+    assert_eq!(tied.params(), 124_439_808);
+    let untied = gpt("g", 12, 768, 12, 12, 50_257, 1024, false);
+    assert_eq!(untied.params(), 124_439_808 + 50_257 * 768);
+    // The untied output layer is trained: gradients and optimizer states grow with it.
+    let states = |shape| {
+        let mut job = Job::new(Model::Shaped(shape), 1, 1024);
+        job.precision = Precision::Mixed;
+        gmq_plan::model_states(&estimate(&job).unwrap().breakdown)
+    };
+    assert_eq!(states(untied) - states(tied), 50_257 * 768 * 16);
+}
