@@ -271,7 +271,16 @@ pub(crate) fn in_flight_chunks(stage: Stage, grad_accum: u64, virtual_stages: u6
 fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term {
     let fmt = formats(job.precision);
     let tp = job.parallel.tp as f64;
-    let vocab = shape.vocab as f64 / tp;
+    // Loss parallel (torchtitan's default, Megatron always): each tensor-parallel rank computes
+    // the loss on its vocabulary shard. Without it the output projection's shards are
+    // all-gathered (`ColwiseParallel(output_layouts=Replicate())`) and every rank holds the
+    // logits of the whole vocabulary.
+    let gathered = !job.loss_parallel && job.parallel.tp > 1;
+    let vocab = if gathered {
+        shape.vocab as f64
+    } else {
+        shape.vocab as f64 / tp
+    };
     let kernel = job.loss_impl.unwrap_or(prof.loss);
     let (bytes, label, source) = match kernel {
         // 16-bit logits + fp32 copy + fp32 log-softmax kept for backward (its gradient in backward).
@@ -328,6 +337,14 @@ fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term
                 "Liger FusedLinearCrossEntropy; Wijmans et al. 2024 (Cut Cross-Entropy)",
             )
         }
+    };
+    let label = if gathered {
+        format!(
+            "{label}, all-gathered over tp {} (no loss parallel)",
+            job.parallel.tp
+        )
+    } else {
+        label
     };
     Term::new("logits", label, bytes, Phase::Loss, source)
 }

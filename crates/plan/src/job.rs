@@ -317,6 +317,10 @@ pub struct Job {
     /// The vocabulary is padded to a multiple of this (`None`: the framework's; Megatron pads to
     /// `--make-vocab-size-divisible-by` 128 times the tensor-parallel size).
     pub vocab_multiple: Option<u64>,
+    /// Under tensor parallelism each rank computes the cross entropy on its vocabulary shard
+    /// (torchtitan `loss_parallel`, on unless `--training.disable_loss_parallel`; Megatron's
+    /// vocab-parallel cross entropy, always). `false`: the logits are all-gathered first.
+    pub loss_parallel: bool,
 }
 
 /// Megatron's `--make-vocab-size-divisible-by` default (`megatron/training/arguments.py`).
@@ -357,6 +361,7 @@ impl Job {
             cuda_context: DEFAULT_CUDA_CONTEXT,
             virtual_stages: 1,
             vocab_multiple: None,
+            loss_parallel: true,
         }
     }
 
@@ -635,6 +640,12 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
                 "the optimizer step in backward is PyTorch's (torchtune): not with --zero or --offload",
             ));
         }
+    }
+    if !job.loss_parallel && job.framework == Framework::Megatron {
+        return Err(error(
+            "--no-loss-parallel",
+            "Megatron's cross entropy is always vocab-parallel: use --framework pytorch",
+        ));
     }
     if job.checkpointing == Checkpointing::SelectiveOp && job.framework != Framework::Pytorch {
         return Err(error(

@@ -48,6 +48,9 @@ fn techniques(job: &Job) -> String {
     if job.persistent_grads() {
         out.push("gradients kept between steps".to_string());
     }
+    if !job.loss_parallel {
+        out.push("no loss parallel".to_string());
+    }
     if job.virtual_stages > 1 {
         out.push(format!(
             "interleaved pipeline schedule, {} model chunks per stage",
@@ -257,6 +260,13 @@ struct ConfigJson<'a> {
     /// Only with an interleaved schedule, so that the JSON of earlier flags is unchanged.
     #[serde(skip_serializing_if = "is_one")]
     virtual_stages: u64,
+    /// Only when switched off, for the same reason.
+    #[serde(skip_serializing_if = "is_true")]
+    loss_parallel: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 fn is_one(n: &u64) -> bool {
@@ -332,6 +342,7 @@ pub fn json(plan: &Plan) -> String {
         optimizer_in_backward: job.optimizer_in_backward,
         persistent_grads: job.persistent_grads(),
         virtual_stages: job.virtual_stages,
+        loss_parallel: job.loss_parallel,
     };
     let terms = b
         .terms

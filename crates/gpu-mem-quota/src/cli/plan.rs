@@ -58,6 +58,7 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("optimizer-in-backward"),
     Opt::flag("keep-grads"),
     Opt::flag("untied"),
+    Opt::flag("no-loss-parallel"),
     Opt::flag("json"),
 ];
 
@@ -122,6 +123,9 @@ Training
   --loss-impl L         upcast (fp32 copy of the logits; pytorch, deepspeed default) |
                         vocab-parallel (megatron default) | chunked (torchtune
                         CEWithChunkedOutputLoss) | fused-linear (Liger, Cut Cross-Entropy)
+  --no-loss-parallel    under --tp, the logits are all-gathered and every rank computes the
+                        loss on the whole vocabulary (torchtitan disable_loss_parallel; Hugging
+                        Face tp_plan); default: loss parallel, each rank its vocabulary shard
   --micro-batch N       samples per GPU per forward pass (default 1)
   --seq N               sequence length in tokens (default 2048)
   --grad-accum N        gradient accumulation steps (default 1)
@@ -434,6 +438,7 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
         cuda_context: size(p, "cuda-context")?.unwrap_or(DEFAULT_CUDA_CONTEXT),
         virtual_stages: number(p, "virtual-stages")?.unwrap_or(1),
         vocab_multiple: number(p, "vocab-multiple")?,
+        loss_parallel: !p.flag("no-loss-parallel"),
     };
     Ok((job, size(p, "quota")?))
 }

@@ -172,6 +172,7 @@ fn help_lists_every_option() {
         "--untied",
         "--vocab-multiple",
         "--virtual-stages",
+        "--no-loss-parallel",
         "selective-op",
         "llama-2-7b",
         "mistral-7b",
@@ -399,4 +400,39 @@ fn issue_29_options() {
     let text = stdout(&out);
     assert!(text.contains("--checkpointing selective-op"), "{text}");
     assert!(!text.contains("--checkpointing selective "), "{text}");
+
+    // Without loss parallelism every tensor-parallel rank holds the whole vocabulary's logits.
+    // A fused step and 8 x 4096 tokens, so that the loss phase holds the peak.
+    let tp = [
+        "--model",
+        "llama-2-7b",
+        "--tp",
+        "4",
+        "--sp",
+        "--micro-batch",
+        "8",
+        "--seq",
+        "4096",
+        "--optimizer-impl",
+        "fused",
+        "--json",
+    ];
+    let sharded = stdout(&run(&tp));
+    let gathered = stdout(&run(&[&tp[..], &["--no-loss-parallel"]].concat()));
+    assert!(
+        gathered.contains("all-gathered over tp 4 (no loss parallel)"),
+        "{gathered}"
+    );
+    assert!(gathered.contains("\"loss_parallel\":false"), "{gathered}");
+    assert!(!sharded.contains("loss_parallel"), "{sharded}");
+    assert!(json_number(&gathered, "peak_bytes") > json_number(&sharded, "peak_bytes"));
+    let out = run(&[
+        "--model",
+        "llama-2-7b",
+        "--framework",
+        "megatron",
+        "--no-loss-parallel",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("always vocab-parallel"), "{}", stderr(&out));
 }
