@@ -241,8 +241,38 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
             KORTHIKANTI,
         ));
         out.push(loss_term(job, prof, shape, tokens));
+        if job.keep_shifted_logits {
+            out.push(kept_shifted_logits(job, shape));
+        }
     }
     out
+}
+
+/// The fp32 copy of the shifted logits that a training loop keeps alive through the backward:
+/// `logits = model(...).float()` (or `logits.float()` in the loss), then
+/// `logits = logits[..., :-1, :].contiguous()`, with `logits` still referenced when
+/// `loss.backward()` runs (torchtune's recipes before `del logits` was added in its PR #1046,
+/// "free logits otherwise it peaks backward memory"; many hand-written loops). The copy is a
+/// tensor of its own (`contiguous()` of a slice), `b (s - 1)` tokens of 4 bytes per vocabulary
+/// entry (sharded like the logits), live from the loss through every layer's backward, so it adds
+/// to the forward/backward phase rather than to the loss alone.
+fn kept_shifted_logits(job: &Job, shape: &ModelShape) -> Term {
+    let shifted_tokens = (job.micro_batch * (job.seq - 1)) as f64;
+    let vocab = if !job.loss_parallel && job.parallel.tp > 1 {
+        shape.vocab as f64
+    } else {
+        shape.vocab as f64 / job.parallel.tp as f64
+    };
+    Term::new(
+        "shifted_logits",
+        format!(
+            "fp32 shifted logits kept through the backward: {} tokens x vocab {} x 4 B",
+            shifted_tokens, shape.vocab
+        ),
+        shifted_tokens * vocab * 4.0,
+        Phase::Forward,
+        "torchtune PR #1046 (del logits before backward); logits[..., :-1, :].contiguous()",
+    )
 }
 
 /// Model-chunk micro-batches whose activations stage `stage` holds at its peak, as Megatron's
@@ -284,6 +314,18 @@ fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term
     let kernel = job.loss_impl.unwrap_or(prof.loss);
     let (bytes, label, source) = match kernel {
         // 16-bit logits + fp32 copy + fp32 log-softmax kept for backward (its gradient in backward).
+        // With the shifted fp32 copy kept (`kept_shifted_logits`), the model hands out fp32
+        // logits (its 16-bit output is not held) and that copy is the loss's input, counted in
+        // its own term; the loss adds the fp32 log-softmax it saves and, in its backward, the
+        // gradient of the same size, while the kept copy is still alive.
+        LossKernel::Fp32Upcast if job.keep_shifted_logits => (
+            vocab * tokens * 8.0,
+            format!(
+                "cross-entropy: vocab {} x 8 B per token (log-softmax and its gradient, beside the kept copy)",
+                shape.vocab
+            ),
+            "Korthikanti et al. 2022, sec. 4.3; HF ForCausalLMLoss upcasts logits to fp32",
+        ),
         LossKernel::Fp32Upcast => (
             vocab * tokens * (fmt.act + 8.0),
             format!(

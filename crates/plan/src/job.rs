@@ -321,6 +321,9 @@ pub struct Job {
     /// (torchtitan `loss_parallel`, on unless `--training.disable_loss_parallel`; Megatron's
     /// vocab-parallel cross entropy, always). `false`: the logits are all-gathered first.
     pub loss_parallel: bool,
+    /// The training loop keeps the fp32 copy of the shifted logits alive through the backward
+    /// (no `del logits` before `loss.backward()`); estimate.rs, `kept_shifted_logits`.
+    pub keep_shifted_logits: bool,
 }
 
 /// Megatron's `--make-vocab-size-divisible-by` default (`megatron/training/arguments.py`).
@@ -362,6 +365,7 @@ impl Job {
             virtual_stages: 1,
             vocab_multiple: None,
             loss_parallel: true,
+            keep_shifted_logits: false,
         }
     }
 
@@ -638,6 +642,24 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
             return Err(error(
                 "--optimizer-in-backward",
                 "the optimizer step in backward is PyTorch's (torchtune): not with --zero or --offload",
+            ));
+        }
+    }
+    if job.keep_shifted_logits {
+        let kernel = job
+            .loss_impl
+            .unwrap_or(super::framework::profile(job.framework).loss);
+        if kernel != LossKernel::Fp32Upcast {
+            return Err(error(
+                "--keep-shifted-logits",
+                "the kept fp32 copy is the upcast cross entropy's input: it needs --loss-impl upcast (the pytorch and deepspeed default)",
+            ));
+        }
+        let lm_head = matches!(&job.model, Model::Shaped(shape) if shape.head == super::shape::Head::Lm);
+        if !lm_head {
+            return Err(error(
+                "--keep-shifted-logits",
+                "shifted logits need a language-model head and the model's shape",
             ));
         }
     }

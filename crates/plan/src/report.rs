@@ -51,6 +51,9 @@ fn techniques(job: &Job) -> String {
     if !job.loss_parallel {
         out.push("no loss parallel".to_string());
     }
+    if job.keep_shifted_logits {
+        out.push("fp32 shifted logits kept through the backward".to_string());
+    }
     if job.virtual_stages > 1 {
         out.push(format!(
             "interleaved pipeline schedule, {} model chunks per stage",
@@ -263,6 +266,13 @@ struct ConfigJson<'a> {
     /// Only when switched off, for the same reason.
     #[serde(skip_serializing_if = "is_true")]
     loss_parallel: bool,
+    /// Only when set, for the same reason.
+    #[serde(skip_serializing_if = "is_false")]
+    keep_shifted_logits: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_true(b: &bool) -> bool {
@@ -343,6 +353,7 @@ pub fn json(plan: &Plan) -> String {
         persistent_grads: job.persistent_grads(),
         virtual_stages: job.virtual_stages,
         loss_parallel: job.loss_parallel,
+        keep_shifted_logits: job.keep_shifted_logits,
     };
     let terms = b
         .terms

@@ -59,6 +59,7 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("keep-grads"),
     Opt::flag("untied"),
     Opt::flag("no-loss-parallel"),
+    Opt::flag("keep-shifted-logits"),
     Opt::flag("json"),
 ];
 
@@ -126,6 +127,9 @@ Training
   --no-loss-parallel    under --tp, the logits are all-gathered and every rank computes the
                         loss on the whole vocabulary (torchtitan disable_loss_parallel; Hugging
                         Face tp_plan); default: loss parallel, each rank its vocabulary shard
+  --keep-shifted-logits the loop keeps the fp32 copy of the shifted logits
+                        (logits[..., :-1, :].contiguous()) alive through the backward (no
+                        `del logits` before loss.backward()); needs --loss-impl upcast
   --micro-batch N       samples per GPU per forward pass (default 1)
   --seq N               sequence length in tokens (default 2048)
   --grad-accum N        gradient accumulation steps (default 1)
@@ -439,6 +443,7 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
         virtual_stages: number(p, "virtual-stages")?.unwrap_or(1),
         vocab_multiple: number(p, "vocab-multiple")?,
         loss_parallel: !p.flag("no-loss-parallel"),
+        keep_shifted_logits: p.flag("keep-shifted-logits"),
     };
     Ok((job, size(p, "quota")?))
 }

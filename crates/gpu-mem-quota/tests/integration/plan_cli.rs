@@ -173,6 +173,7 @@ fn help_lists_every_option() {
         "--vocab-multiple",
         "--virtual-stages",
         "--no-loss-parallel",
+        "--keep-shifted-logits",
         "selective-op",
         "llama-2-7b",
         "mistral-7b",
@@ -426,6 +427,19 @@ fn issue_29_options() {
     assert!(gathered.contains("\"loss_parallel\":false"), "{gathered}");
     assert!(!sharded.contains("loss_parallel"), "{sharded}");
     assert!(json_number(&gathered, "peak_bytes") > json_number(&sharded, "peak_bytes"));
+    let kept = stdout(&run(&["--model", "llama-2-7b", "--keep-shifted-logits"]));
+    assert!(
+        kept.contains("fp32 shifted logits kept through the backward"),
+        "{kept}"
+    );
+    let out = run(&[
+        "--model",
+        "llama-2-7b",
+        "--loss-impl",
+        "chunked",
+        "--keep-shifted-logits",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
     let out = run(&[
         "--model",
         "llama-2-7b",

@@ -213,3 +213,41 @@ fn no_loss_parallel_is_not_megatron() {
     job.loss_parallel = false;
     assert_eq!(estimate(&job).unwrap_err().flag, "--no-loss-parallel");
 }
+
+#[test]
+fn kept_shifted_logits_live_through_the_backward() {
+    // Llama 3.2 3B, batch 2, seq 4096, full recomputation: the peak is a layer's recomputation
+    // in backward, where the loss's logits are gone but a kept shifted copy is not.
+    let mut job = Job::new(Model::Shaped(find("llama-3.2-3b").unwrap().shape()), 2, 4096);
+    job.precision = Precision::Bf16;
+    job.checkpointing = Checkpointing::Full;
+    job.optimizer_impl = Some(gmq_plan::framework::StepKernel::Fused);
+    let kept = Job {
+        keep_shifted_logits: true,
+        ..job.clone()
+    };
+    let term = |job: &Job, key: &str| {
+        let est = estimate(job).unwrap();
+        est.breakdown.terms.iter().find(|t| t.key == key).map(|t| t.bytes)
+    };
+    let shifted = 2 * 4095 * 128_256 * 4;
+    assert_eq!(term(&kept, "shifted_logits"), Some(shifted));
+    assert_eq!(term(&job, "shifted_logits"), None);
+    // The loss term: 16-bit logits, fp32 copy and log-softmax (2 + 8 bytes) on the Hugging Face
+    // path; beside a kept copy, the log-softmax and its gradient (8 bytes): 2 bytes more at the
+    // loss peak, and the 4-byte copy through the rest of the backward.
+    let tokens_vocab = 2 * 4096 * 128_256;
+    assert_eq!(term(&job, "logits"), Some(tokens_vocab * 10));
+    assert_eq!(term(&kept, "logits"), Some(tokens_vocab * 8));
+    let (a, b) = (
+        estimate(&job).unwrap().breakdown.allocated,
+        estimate(&kept).unwrap().breakdown.allocated,
+    );
+    assert!(b > a, "{a} {b}");
+    // Only with the upcast cross entropy, whose input the copy is.
+    let chunked = Job {
+        loss_impl: Some(gmq_plan::framework::LossKernel::Chunked),
+        ..kept
+    };
+    assert_eq!(estimate(&chunked).unwrap_err().flag, "--keep-shifted-logits");
+}
