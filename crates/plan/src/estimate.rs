@@ -399,7 +399,12 @@ pub fn model_states(breakdown: &Breakdown) -> u64 {
         .filter(|t| {
             matches!(
                 t.key,
-                "params" | "frozen_params" | "grads" | "master_params" | "optimizer_states"
+                "params"
+                    | "frozen_params"
+                    | "grads"
+                    | "master_params"
+                    | "optimizer_states"
+                    | "paged_optimizer_states"
             )
         })
         .map(|t| t.bytes)

@@ -324,6 +324,10 @@ pub struct Job {
     /// The training loop keeps the fp32 copy of the shifted logits alive through the backward
     /// (no `del logits` before `loss.backward()`); estimate.rs, `kept_shifted_logits`.
     pub keep_shifted_logits: bool,
+    /// A paged bitsandbytes optimizer (`PagedAdamW`, `PagedAdamW8bit`; QLoRA's
+    /// `paged_adamw_32bit`): the states of large tensors live in CUDA managed memory, outside
+    /// PyTorch's allocator (states.rs).
+    pub paged_optimizer: bool,
 }
 
 /// Megatron's `--make-vocab-size-divisible-by` default (`megatron/training/arguments.py`).
@@ -366,6 +370,7 @@ impl Job {
             vocab_multiple: None,
             loss_parallel: true,
             keep_shifted_logits: false,
+            paged_optimizer: false,
         }
     }
 
@@ -660,6 +665,20 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
             return Err(error(
                 "--keep-shifted-logits",
                 "shifted logits need a language-model head and the model's shape",
+            ));
+        }
+    }
+    if job.paged_optimizer {
+        if !matches!(job.optimizer, Optimizer::AdamW | Optimizer::Adam8bit) {
+            return Err(error(
+                "--paged-optimizer",
+                "paged optimizers are bitsandbytes' AdamW and 8-bit AdamW: use --optimizer adamw or adam8bit",
+            ));
+        }
+        if matches!(job.sharding, Sharding::Zero(_)) || job.offload != Offload::None {
+            return Err(error(
+                "--paged-optimizer",
+                "a paged optimizer is bitsandbytes', not DeepSpeed's: not with --zero or --offload",
             ));
         }
     }

@@ -54,6 +54,9 @@ fn techniques(job: &Job) -> String {
     if job.keep_shifted_logits {
         out.push("fp32 shifted logits kept through the backward".to_string());
     }
+    if job.paged_optimizer {
+        out.push("paged optimizer (bitsandbytes)".to_string());
+    }
     if job.virtual_stages > 1 {
         out.push(format!(
             "interleaved pipeline schedule, {} model chunks per stage",
@@ -269,6 +272,8 @@ struct ConfigJson<'a> {
     /// Only when set, for the same reason.
     #[serde(skip_serializing_if = "is_false")]
     keep_shifted_logits: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    paged_optimizer: bool,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -354,6 +359,7 @@ pub fn json(plan: &Plan) -> String {
         virtual_stages: job.virtual_stages,
         loss_parallel: job.loss_parallel,
         keep_shifted_logits: job.keep_shifted_logits,
+        paged_optimizer: job.paged_optimizer,
     };
     let terms = b
         .terms

@@ -60,6 +60,7 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("untied"),
     Opt::flag("no-loss-parallel"),
     Opt::flag("keep-shifted-logits"),
+    Opt::flag("paged-optimizer"),
     Opt::flag("json"),
 ];
 
@@ -115,6 +116,9 @@ Training
   --galore-rank R       GaLore projection rank (default 128; needs --optimizer galore)
   --optimizer-impl I    loop | foreach | fused; default: the framework's (pytorch: foreach);
                         adam8bit: fused is bitsandbytes, the others torchao's AdamW8bit
+  --paged-optimizer     bitsandbytes paged AdamW / 8-bit AdamW (QLoRA's paged_adamw_32bit):
+                        states of tensors >= 1e5 elements in CUDA managed memory, outside
+                        the allocator's figures but in the peak per GPU
   --optimizer-in-backward
                         each parameter's step runs in backward and frees its gradient
                         (torchtune optimizer_in_bwd; needs --grad-accum 1)
@@ -444,6 +448,7 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
         vocab_multiple: number(p, "vocab-multiple")?,
         loss_parallel: !p.flag("no-loss-parallel"),
         keep_shifted_logits: p.flag("keep-shifted-logits"),
+        paged_optimizer: p.flag("paged-optimizer"),
     };
     Ok((job, size(p, "quota")?))
 }

@@ -174,6 +174,7 @@ fn help_lists_every_option() {
         "--virtual-stages",
         "--no-loss-parallel",
         "--keep-shifted-logits",
+        "--paged-optimizer",
         "selective-op",
         "llama-2-7b",
         "mistral-7b",
@@ -427,6 +428,17 @@ fn issue_29_options() {
     assert!(gathered.contains("\"loss_parallel\":false"), "{gathered}");
     assert!(!sharded.contains("loss_parallel"), "{sharded}");
     assert!(json_number(&gathered, "peak_bytes") > json_number(&sharded, "peak_bytes"));
+    let paged = stdout(&run(&[
+        "--model",
+        "llama-2-7b",
+        "--lora-rank",
+        "64",
+        "--qlora",
+        "--paged-optimizer",
+        "--json",
+    ]));
+    assert!(paged.contains("\"paged_optimizer\":true"), "{paged}");
+    assert!(paged.contains("\"name\":\"paged_optimizer_states\""), "{paged}");
     let kept = stdout(&run(&["--model", "llama-2-7b", "--keep-shifted-logits"]));
     assert!(
         kept.contains("fp32 shifted logits kept through the backward"),

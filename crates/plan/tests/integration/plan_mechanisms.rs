@@ -251,3 +251,65 @@ fn kept_shifted_logits_live_through_the_backward() {
     };
     assert_eq!(estimate(&chunked).unwrap_err().flag, "--keep-shifted-logits");
 }
+
+fn qlora_7b(paged: bool) -> Job {
+    let mut job = Job::new(Model::Shaped(find("llama-2-7b").unwrap().shape()), 1, 2048);
+    job.precision = Precision::Bf16;
+    job.finetune = gmq_plan::Finetune::Lora {
+        rank: 64,
+        targets: gmq_plan::LoraTargets::All,
+        quantized: true,
+    };
+    job.checkpointing = Checkpointing::Full;
+    job.optimizer_impl = Some(gmq_plan::framework::StepKernel::Fused);
+    job.paged_optimizer = paged;
+    job
+}
+
+#[test]
+fn paged_optimizer_states_leave_the_allocator_but_not_the_gpu() {
+    let bytes = |e: &gmq_plan::estimate::Estimate, key: &str| {
+        e.breakdown
+            .terms
+            .iter()
+            .find(|t| t.key == key)
+            .map_or(0, |t| t.bytes)
+    };
+    let (plain_est, paged_est) = (
+        estimate(&qlora_7b(false)).unwrap(),
+        estimate(&qlora_7b(true)).unwrap(),
+    );
+    let states = bytes(&plain_est, "optimizer_states");
+    let paged_states = bytes(&paged_est, "paged_optimizer_states");
+    let resident_when_paged = bytes(&paged_est, "optimizer_states");
+    let (plain, paged) = (plain_est.breakdown, paged_est.breakdown);
+    // Every adapter of Llama-2 7B at rank 64 has at least 64 x 4096 = 262,144 elements: all
+    // of its AdamW states are paged.
+    assert!(states > 0);
+    assert_eq!(resident_when_paged, 0);
+    assert_eq!(paged_states, states);
+    // Out of torch.cuda's figures, still in what NVML (and the quota) sees.
+    assert_eq!(plain.allocated - paged.allocated, states);
+    assert_eq!(plain.peak, paged.peak);
+    assert_eq!(gmq_plan::model_states(&plain), gmq_plan::model_states(&paged));
+}
+
+#[test]
+fn small_tensors_stay_in_the_allocator_when_paged() {
+    // Full fine-tuning: the norms (4096 elements) are below bitsandbytes' 1e5 threshold.
+    let mut job = Job::new(Model::Shaped(find("llama-2-7b").unwrap().shape()), 1, 2048);
+    job.paged_optimizer = true;
+    let est = estimate(&job).unwrap();
+    let resident = est
+        .breakdown
+        .terms
+        .iter()
+        .find(|t| t.key == "optimizer_states")
+        .unwrap()
+        .bytes;
+    // 65 norm vectors of 4096 elements, two fp32 AdamW states each.
+    assert_eq!(resident, 65 * 4096 * 2 * 4);
+    let mut sgd = job.clone();
+    sgd.optimizer = gmq_plan::Optimizer::Sgd;
+    assert_eq!(estimate(&sgd).unwrap_err().flag, "--paged-optimizer");
+}
