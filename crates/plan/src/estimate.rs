@@ -252,7 +252,8 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
 /// `logits = model(...).float()` (or `logits.float()` in the loss), then
 /// `logits = logits[..., :-1, :].contiguous()`, with `logits` still referenced when
 /// `loss.backward()` runs (torchtune's recipes before `del logits` was added in its PR #1046,
-/// "free logits otherwise it peaks backward memory"; many hand-written loops). The copy is a
+/// "free logits otherwise it peaks backward memory"; loops that hold the fp32 logits that
+/// transformers < 4.46 returned, `logits.float()` in `forward`). The copy is a
 /// tensor of its own (`contiguous()` of a slice), `b (s - 1)` tokens of 4 bytes per vocabulary
 /// entry (sharded like the logits), live from the loss through every layer's backward, so it adds
 /// to the forward/backward phase rather than to the loss alone.
