@@ -248,6 +248,23 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
     out
 }
 
+/// Loss parallel (torchtitan's default, Megatron always): each tensor-parallel rank computes the
+/// loss on its vocabulary shard. Without it the output projection's shards are all-gathered
+/// (`ColwiseParallel(output_layouts=Replicate())`) and every rank holds the logits of the whole
+/// vocabulary.
+fn logits_gathered(job: &Job) -> bool {
+    !job.loss_parallel && job.parallel.tp > 1
+}
+
+/// The vocabulary entries of the logits one GPU holds.
+fn vocab_per_rank(job: &Job, shape: &ModelShape) -> f64 {
+    if logits_gathered(job) {
+        shape.vocab as f64
+    } else {
+        shape.vocab as f64 / job.parallel.tp as f64
+    }
+}
+
 /// The fp32 copy of the shifted logits that a training loop keeps alive through the backward:
 /// `logits = model(...).float()` (or `logits.float()` in the loss), then
 /// `logits = logits[..., :-1, :].contiguous()`, with `logits` still referenced when
@@ -259,11 +276,7 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
 /// to the forward/backward phase rather than to the loss alone.
 fn kept_shifted_logits(job: &Job, shape: &ModelShape) -> Term {
     let shifted_tokens = (job.micro_batch * (job.seq - 1)) as f64;
-    let vocab = if !job.loss_parallel && job.parallel.tp > 1 {
-        shape.vocab as f64
-    } else {
-        shape.vocab as f64 / job.parallel.tp as f64
-    };
+    let vocab = vocab_per_rank(job, shape);
     Term::new(
         "shifted_logits",
         format!(
@@ -279,11 +292,11 @@ fn kept_shifted_logits(job: &Job, shape: &ModelShape) -> Term {
 /// Model-chunk micro-batches whose activations stage `stage` holds at its peak, as Megatron's
 /// schedules run them (`megatron/core/pipeline_parallel/schedules.py`,
 /// `get_pp_rank_microbatches`): the warm-up forwards plus the one forward of the first 1F1B
-/// step, never more than the step has (`grad_accum` micro-batches x `virtual` chunks).
+/// step, never more than the step has (`grad_accum` micro-batches x `virtual_stages` chunks).
 ///
-/// - 1F1B (`virtual` = 1): `p - i - 1` warm-up forwards on rank `i`, so `p - i` micro-batches
-///   (Narayanan et al. 2021; Korthikanti et al. 2022, sec. 4.2.3);
-/// - interleaved (`virtual` = v chunks of `L / (p v)` layers per rank): `2 (p - i - 1) + (v - 1) p`
+/// - 1F1B (`virtual_stages` = 1): `p - i - 1` warm-up forwards on rank `i`, so `p - i`
+///   micro-batches (Narayanan et al. 2021; Korthikanti et al. 2022, sec. 4.2.3);
+/// - interleaved (`virtual_stages` = v chunks of `L / (p v)` layers per rank): `2 (p - i - 1) + (v - 1) p`
 ///   warm-up chunk forwards. For many micro-batches the first rank then holds
 ///   `L (1 + (p - 1) / (p v))` layers' worth, Korthikanti's interleaved figure, and the last
 ///   rank `L ((v - 1) / v + 1 / (p v))`: nearly as much, besides the output layer and logits, so
@@ -301,17 +314,8 @@ pub(crate) fn in_flight_chunks(stage: Stage, grad_accum: u64, virtual_stages: u6
 /// The logits and the cross entropy, by how the loss is computed.
 fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term {
     let fmt = formats(job.precision);
-    let tp = job.parallel.tp as f64;
-    // Loss parallel (torchtitan's default, Megatron always): each tensor-parallel rank computes
-    // the loss on its vocabulary shard. Without it the output projection's shards are
-    // all-gathered (`ColwiseParallel(output_layouts=Replicate())`) and every rank holds the
-    // logits of the whole vocabulary.
-    let gathered = !job.loss_parallel && job.parallel.tp > 1;
-    let vocab = if gathered {
-        shape.vocab as f64
-    } else {
-        shape.vocab as f64 / tp
-    };
+    let gathered = logits_gathered(job);
+    let vocab = vocab_per_rank(job, shape);
     let kernel = job.loss_impl.unwrap_or(prof.loss);
     let (bytes, label, source) = match kernel {
         // 16-bit logits + fp32 copy + fp32 log-softmax kept for backward (its gradient in backward).

@@ -71,7 +71,7 @@ pub(crate) struct Local {
 
 /// bitsandbytes pages the optimizer states of a tensor only from this many elements on
 /// (`Optimizer8bit.get_state_buffer`: `if not self.is_paged or p.numel() < 1e5`).
-pub(crate) const PAGED_MIN_ELEMENTS: f64 = 1e5;
+const PAGED_MIN_ELEMENTS: f64 = 1e5;
 
 /// The elements of a tensor of `per_rank` elements that a paged optimizer pages, `copies` times.
 fn pageable(per_rank: f64, copies: f64) -> f64 {
