@@ -245,3 +245,63 @@ pub(crate) fn scores(tensors: &[Stored]) -> Vec<Stored> {
 pub fn without_scores(tensors: &[Stored]) -> Vec<Stored> {
     tensors.iter().filter(|x| !x.score).cloned().collect()
 }
+
+/// What torchtitan's per-op selective activation checkpointing (`mode = "selective"`,
+/// `selective_ac_option = "op"`) keeps of one layer: the checkpointed block's input, the output
+/// of every other matmul in forward order (the 1st, 3rd, ...: its policy saves `aten.mm` unless
+/// the per-layer mm count is even), and the outputs of the fused attention kernel (output and
+/// log-sum-exp; `_scaled_dot_product_flash_attention` is on its save list). Everything else is
+/// recomputed from those in backward, one layer at a time. Source: torchtitan
+/// `parallelize_llama.py` at commit 9dec370 (`_save_list`, `_custom_policy`); the matmul order is
+/// its Llama block's: wq, wk, wv, wo, then w1, w3, w2 (`w2(silu(w1(x)) * w3(x))`).
+///
+/// Eager attention (no fused kernel) saves nothing of its own: its batched matmuls and softmax
+/// are not on the save list. The outputs of the row-parallel projections (attention output,
+/// down) are counted as replicated under tensor parallelism unless sequence parallelism splits
+/// them (the reduce-scatter output is on the save list).
+pub(crate) fn op_checkpoint_saved(shape: &ModelShape, precision: Precision, flash: bool) -> Vec<Stored> {
+    let fmt = formats(precision);
+    let h = shape.hidden as f64;
+    let f = shape.ffn as f64;
+    let a = shape.heads as f64;
+    let kv = shape.kv_dim() as f64;
+    let t = |name, bytes_per_token, split| Stored {
+        name,
+        bytes_per_token,
+        split,
+        score: false,
+    };
+    // Every matmul of the layer in forward order: (what its output is, width, split).
+    let mut matmuls: Vec<(&'static str, f64, Split)> = Vec::new();
+    if kv == h && shape.bias {
+        matmuls.push(("QKV projection output", 3.0 * h, Split::Tensor));
+    } else {
+        matmuls.push(("Q projection output", h, Split::Tensor));
+        matmuls.push(("K projection output", kv, Split::Tensor));
+        matmuls.push(("V projection output", kv, Split::Tensor));
+    }
+    matmuls.push(("attention output projection output", h, Split::Sequence));
+    if shape.mlp == Mlp::Gated {
+        matmuls.push(("gate projection output", f, Split::Tensor));
+    }
+    matmuls.push(("up projection output", f, Split::Tensor));
+    matmuls.push(("down projection output", h, Split::Sequence));
+
+    let mut out = vec![t(
+        "layer input (checkpointed block input)",
+        fmt.residual * h,
+        Split::Sequence,
+    )];
+    // The policy saves the 1st, 3rd, 5th ... matmul (1-based count; an even count recomputes).
+    out.extend(
+        matmuls
+            .into_iter()
+            .step_by(2)
+            .map(|(name, width, split)| t(name, fmt.act * width, split)),
+    );
+    if flash {
+        out.push(t("fused attention output", fmt.act * h, Split::Tensor));
+        out.push(t("softmax log-sum-exp (fused attention)", 4.0 * a, Split::Tensor));
+    }
+    out
+}

@@ -18,6 +18,9 @@ pub struct Estimate {
     pub job: Job,
     pub params: u64,
     pub breakdown: Breakdown,
+    /// Every pipeline stage that was estimated (first and last; one without a pipeline), in
+    /// order; `breakdown` is the one with the highest peak.
+    pub stages: Vec<Breakdown>,
 }
 
 impl Estimate {
@@ -30,18 +33,55 @@ impl Estimate {
 /// Estimates the per-GPU peak of `job`, or says which input makes no sense.
 pub fn estimate(job: &Job) -> Result<Estimate, PlanError> {
     validate(job)?;
+    let (job, padding_note) = with_padded_vocab(job);
+    let job = &job;
     let prof = profile(job.framework);
     let layers = job.model.layers();
-    let breakdown = stages_to_check(layers, job.parallel.pp)
+    let stages: Vec<Breakdown> = stages_to_check(layers, job.parallel.pp)
         .into_iter()
-        .map(|stage| stage_breakdown(job, &prof, stage))
+        .map(|stage| {
+            let mut b = stage_breakdown(job, &prof, stage);
+            b.notes.extend(padding_note.clone());
+            b
+        })
+        .collect();
+    let breakdown = stages
+        .iter()
         .max_by_key(|b| b.peak)
-        .expect("at least one stage");
+        .expect("at least one stage")
+        .clone();
     Ok(Estimate {
         job: job.clone(),
         params: job.model.params(),
         breakdown,
+        stages,
     })
+}
+
+/// The job with its shape's vocabulary padded as the framework pads it (`Job::padded_vocab`),
+/// and a note saying so when that changes the vocabulary.
+fn with_padded_vocab(job: &Job) -> (Job, Option<String>) {
+    let Model::Shaped(shape) = &job.model else {
+        return (job.clone(), None);
+    };
+    let padded = job.padded_vocab(shape.vocab);
+    if padded == shape.vocab {
+        return (job.clone(), None);
+    }
+    let note = format!(
+        "vocabulary padded from {} to {padded} rows (a multiple of {}): embedding, output layer and logits use the padded size",
+        shape.vocab,
+        job.vocab_padding_multiple()
+    );
+    let mut shape = shape.clone();
+    shape.vocab = padded;
+    (
+        Job {
+            model: Model::Shaped(shape),
+            ..job.clone()
+        },
+        Some(note),
+    )
 }
 
 fn stage_breakdown(job: &Job, prof: &Profile, stage: Stage) -> Breakdown {
@@ -90,6 +130,7 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
         1.0
     };
     let per_layer_all = activations::bytes(&layer, tokens, p.tp, p.sp) * compiled;
+    let op_saved = activations::op_checkpoint_saved(shape, job.precision, job.flash);
     let (per_layer, how) = match job.checkpointing {
         Checkpointing::None => (per_layer_all, "no recomputation"),
         Checkpointing::Selective => (
@@ -100,11 +141,22 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
             fmt.residual * h * tokens / seq_split,
             "full recomputation: layer inputs only",
         ),
+        // The policy fixes what is saved (MUST_SAVE), so torch.compile does not shrink it.
+        Checkpointing::SelectiveOp => (
+            activations::bytes(&op_saved, tokens, p.tp, p.sp),
+            "per-op selective recomputation: input, every other matmul, attention outputs",
+        ),
     };
-    // 1F1B keeps p - i micro-batches in flight on stage i (Narayanan et al. 2021; Korthikanti
-    // sec. 4.2.3), but never more than the micro-batches of a step (the gradient accumulation).
-    let in_flight = (stage.count - stage.index).min(job.grad_accum) as f64;
-    let stored_layers = stage.layers as f64 * in_flight;
+    let in_flight = in_flight_chunks(stage, job.grad_accum, job.virtual_stages);
+    let chunk_layers = stage.layers / job.virtual_stages;
+    let stored_layers = (chunk_layers * in_flight) as f64;
+    // The embedding's micro-batches in flight: the whole stage's without interleaving; with it,
+    // those of its first chunk, at most one group of `p` micro-batches (Megatron's schedule).
+    let in_flight_embedding = if job.virtual_stages > 1 {
+        stage.count.min(job.grad_accum) as f64
+    } else {
+        in_flight as f64
+    };
     // Offloading keeps only the layers in transfer on the GPU.
     let (on_gpu, offloaded) = if job.activation_offload {
         (
@@ -115,12 +167,18 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
         (stored_layers, "")
     };
     let compiled_note = if job.compile { ", torch.compile" } else { "" };
+    let layers_in_flight = if job.virtual_stages > 1 {
+        format!(
+            "{} chunks of {chunk_layers} layer(s) x {in_flight} chunk-micro-batches in flight (interleaved)",
+            job.virtual_stages
+        )
+    } else {
+        format!("{} layers x {} micro-batch(es)", stage.layers, in_flight)
+    };
     let mut out = vec![Term::new(
         "activations",
         format!(
-            "activations: {} layers x {} micro-batch(es) x {:.1} MiB ({how}{compiled_note}{offloaded})",
-            stage.layers,
-            in_flight,
+            "activations: {layers_in_flight} x {:.1} MiB ({how}{compiled_note}{offloaded})",
             per_layer / MIB
         ),
         on_gpu * per_layer,
@@ -133,6 +191,12 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
             activations::bytes(&activations::scores(&layer), tokens, p.tp, p.sp) * compiled
         }
         Checkpointing::Full => per_layer_all,
+        // The recomputed tensors of one layer: what the eager layer keeps beyond what the policy
+        // saved (the saved matmul outputs stand in for some of the eager tensors).
+        Checkpointing::SelectiveOp => {
+            let input = fmt.residual * h * tokens / seq_split;
+            (per_layer_all - (per_layer - input)).max(0.0)
+        }
     };
     if recompute > 0.0 {
         out.push(Term::new(
@@ -147,7 +211,7 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
         out.push(Term::new(
             "embedding_dropout",
             "embedding dropout mask",
-            h * tokens * in_flight / seq_split,
+            h * tokens * in_flight_embedding / seq_split,
             Phase::Forward,
             KORTHIKANTI,
         ));
@@ -177,18 +241,96 @@ fn activation_terms(job: &Job, prof: &Profile, shape: &ModelShape, stage: Stage)
             KORTHIKANTI,
         ));
         out.push(loss_term(job, prof, shape, tokens));
+        if job.keep_shifted_logits {
+            out.push(kept_shifted_logits(job, shape));
+        }
     }
     out
+}
+
+/// Loss parallel (torchtitan's default, Megatron always): each tensor-parallel rank computes the
+/// loss on its vocabulary shard. Without it the output projection's shards are all-gathered
+/// (`ColwiseParallel(output_layouts=Replicate())`) and every rank holds the logits of the whole
+/// vocabulary.
+fn logits_gathered(job: &Job) -> bool {
+    !job.loss_parallel && job.parallel.tp > 1
+}
+
+/// The vocabulary entries of the logits one GPU holds.
+fn vocab_per_rank(job: &Job, shape: &ModelShape) -> f64 {
+    if logits_gathered(job) {
+        shape.vocab as f64
+    } else {
+        shape.vocab as f64 / job.parallel.tp as f64
+    }
+}
+
+/// The fp32 copy of the shifted logits that a training loop keeps alive through the backward:
+/// `logits = model(...).float()` (or `logits.float()` in the loss), then
+/// `logits = logits[..., :-1, :].contiguous()`, with `logits` still referenced when
+/// `loss.backward()` runs (torchtune's recipes before `del logits` was added in its PR #1046,
+/// "free logits otherwise it peaks backward memory"; loops that hold the fp32 logits that
+/// transformers < 4.46 returned, `logits.float()` in `forward`). The copy is a
+/// tensor of its own (`contiguous()` of a slice), `b (s - 1)` tokens of 4 bytes per vocabulary
+/// entry (sharded like the logits), live from the loss through every layer's backward, so it adds
+/// to the forward/backward phase rather than to the loss alone.
+fn kept_shifted_logits(job: &Job, shape: &ModelShape) -> Term {
+    let shifted_tokens = (job.micro_batch * (job.seq - 1)) as f64;
+    let vocab = vocab_per_rank(job, shape);
+    Term::new(
+        "shifted_logits",
+        format!(
+            "fp32 shifted logits kept through the backward: {} tokens x vocab {} x 4 B",
+            shifted_tokens, shape.vocab
+        ),
+        shifted_tokens * vocab * 4.0,
+        Phase::Forward,
+        "torchtune PR #1046 (del logits before backward); logits[..., :-1, :].contiguous()",
+    )
+}
+
+/// Model-chunk micro-batches whose activations stage `stage` holds at its peak, as Megatron's
+/// schedules run them (`megatron/core/pipeline_parallel/schedules.py`,
+/// `get_pp_rank_microbatches`): the warm-up forwards plus the one forward of the first 1F1B
+/// step, never more than the step has (`grad_accum` micro-batches x `virtual_stages` chunks).
+///
+/// - 1F1B (`virtual_stages` = 1): `p - i - 1` warm-up forwards on rank `i`, so `p - i`
+///   micro-batches (Narayanan et al. 2021; Korthikanti et al. 2022, sec. 4.2.3);
+/// - interleaved (`virtual_stages` = v chunks of `L / (p v)` layers per rank): `2 (p - i - 1) + (v - 1) p`
+///   warm-up chunk forwards. For many micro-batches the first rank then holds
+///   `L (1 + (p - 1) / (p v))` layers' worth, Korthikanti's interleaved figure, and the last
+///   rank `L ((v - 1) / v + 1 / (p v))`: nearly as much, besides the output layer and logits, so
+///   the last stage can hold the peak.
+pub(crate) fn in_flight_chunks(stage: Stage, grad_accum: u64, virtual_stages: u64) -> u64 {
+    let (p, i, v) = (stage.count, stage.index, virtual_stages);
+    let warmup = if v > 1 {
+        2 * (p - i - 1) + (v - 1) * p
+    } else {
+        p - i - 1
+    };
+    (warmup + 1).min(grad_accum * v)
 }
 
 /// The logits and the cross entropy, by how the loss is computed.
 fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term {
     let fmt = formats(job.precision);
-    let tp = job.parallel.tp as f64;
-    let vocab = shape.vocab as f64 / tp;
+    let gathered = logits_gathered(job);
+    let vocab = vocab_per_rank(job, shape);
     let kernel = job.loss_impl.unwrap_or(prof.loss);
     let (bytes, label, source) = match kernel {
         // 16-bit logits + fp32 copy + fp32 log-softmax kept for backward (its gradient in backward).
+        // With the shifted fp32 copy kept (`kept_shifted_logits`), the model hands out fp32
+        // logits (its 16-bit output is not held) and that copy is the loss's input, counted in
+        // its own term; the loss adds the fp32 log-softmax it saves and, in its backward, the
+        // gradient of the same size, while the kept copy is still alive.
+        LossKernel::Fp32Upcast if job.keep_shifted_logits => (
+            vocab * tokens * 8.0,
+            format!(
+                "cross-entropy: vocab {} x 8 B per token (log-softmax and its gradient, beside the kept copy)",
+                shape.vocab
+            ),
+            "Korthikanti et al. 2022, sec. 4.3; HF ForCausalLMLoss upcasts logits to fp32",
+        ),
         LossKernel::Fp32Upcast => (
             vocab * tokens * (fmt.act + 8.0),
             format!(
@@ -243,6 +385,14 @@ fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term
             )
         }
     };
+    let label = if gathered {
+        format!(
+            "{label}, all-gathered over tp {} (no loss parallel)",
+            job.parallel.tp
+        )
+    } else {
+        label
+    };
     Term::new("logits", label, bytes, Phase::Loss, source)
 }
 
@@ -254,9 +404,47 @@ pub fn model_states(breakdown: &Breakdown) -> u64 {
         .filter(|t| {
             matches!(
                 t.key,
-                "params" | "frozen_params" | "grads" | "master_params" | "optimizer_states"
+                "params"
+                    | "frozen_params"
+                    | "grads"
+                    | "master_params"
+                    | "optimizer_states"
+                    | "paged_optimizer_states"
             )
         })
         .map(|t| t.bytes)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(index: u64, count: u64) -> Stage {
+        Stage {
+            index,
+            count,
+            layers: 8,
+        }
+    }
+
+    #[test]
+    fn plain_1f1b_holds_p_minus_i_micro_batches() {
+        assert_eq!(in_flight_chunks(stage(0, 4), 16, 1), 4);
+        assert_eq!(in_flight_chunks(stage(3, 4), 16, 1), 1);
+        assert_eq!(in_flight_chunks(stage(0, 4), 2, 1), 2);
+    }
+
+    #[test]
+    fn interleaving_matches_korthikanti_on_the_first_rank() {
+        // Many micro-batches: the first rank holds L (1 + (p - 1) / (p v)) layers' worth.
+        let (p, v, layers_per_rank) = (4u64, 2u64, 8u64);
+        let chunks = in_flight_chunks(stage(0, p), 64, v);
+        let held = chunks * layers_per_rank / v;
+        let total_layers = p * layers_per_rank;
+        assert_eq!(held * p * v, total_layers * (p * v + p - 1));
+        // Never more than the step's chunk-micro-batches.
+        assert_eq!(in_flight_chunks(stage(0, 4), 4, 8), 32);
+        assert_eq!(in_flight_chunks(stage(3, 4), 4, 8), 29);
+    }
 }

@@ -195,14 +195,18 @@ pub enum Checkpointing {
     Selective,
     /// Keep only each layer's input; recompute the layer in the backward pass.
     Full,
+    /// torchtitan's per-op selective checkpointing: keep each layer's input, every other
+    /// matmul's output and the fused attention outputs; recompute the rest (activations.rs).
+    SelectiveOp,
 }
 
 impl Checkpointing {
     /// Each value and its name (`plan`'s option value, the plan's text and JSON).
-    pub const ALL: [(Checkpointing, &'static str); 3] = [
+    pub const ALL: [(Checkpointing, &'static str); 4] = [
         (Checkpointing::None, "none"),
         (Checkpointing::Selective, "selective"),
         (Checkpointing::Full, "full"),
+        (Checkpointing::SelectiveOp, "selective-op"),
     ];
 
     pub fn name(self) -> &'static str {
@@ -307,7 +311,27 @@ pub struct Job {
     pub keep_grads: Option<bool>,
     /// Device memory taken by the CUDA context and library handles before any tensor exists.
     pub cuda_context: u64,
+    /// Model chunks per pipeline rank of an interleaved schedule (Megatron virtual pipeline
+    /// stages, torchtitan `Interleaved1F1B`); 1: plain 1F1B.
+    pub virtual_stages: u64,
+    /// The vocabulary is padded to a multiple of this (`None`: the framework's; Megatron pads to
+    /// `--make-vocab-size-divisible-by` 128 times the tensor-parallel size).
+    pub vocab_multiple: Option<u64>,
+    /// Under tensor parallelism each rank computes the cross entropy on its vocabulary shard
+    /// (torchtitan `loss_parallel`, on unless `--training.disable_loss_parallel`; Megatron's
+    /// vocab-parallel cross entropy, always). `false`: the logits are all-gathered first.
+    pub loss_parallel: bool,
+    /// The training loop keeps the fp32 copy of the shifted logits alive through the backward
+    /// (no `del logits` before `loss.backward()`); estimate.rs, `kept_shifted_logits`.
+    pub keep_shifted_logits: bool,
+    /// A paged bitsandbytes optimizer (`PagedAdamW`, `PagedAdamW8bit`; QLoRA's
+    /// `paged_adamw_32bit`): the states of large tensors live in CUDA managed memory, outside
+    /// PyTorch's allocator (states.rs).
+    pub paged_optimizer: bool,
 }
+
+/// Megatron's `--make-vocab-size-divisible-by` default (`megatron/training/arguments.py`).
+pub(crate) const MEGATRON_VOCAB_MULTIPLE: u64 = 128;
 
 /// 500 MiB: a CUDA 12 context with lazy module loading plus cuBLAS/cuDNN handles, as `nvidia-smi`
 /// shows it for a PyTorch process before its first tensor (see docs/PLAN.md, "CUDA context").
@@ -342,7 +366,32 @@ impl Job {
             optimizer_in_backward: false,
             keep_grads: None,
             cuda_context: DEFAULT_CUDA_CONTEXT,
+            virtual_stages: 1,
+            vocab_multiple: None,
+            loss_parallel: true,
+            keep_shifted_logits: false,
+            paged_optimizer: false,
         }
+    }
+
+    /// The vocabulary the embedding, output layer and logits really have: Megatron pads it to a
+    /// multiple of `make_vocab_size_divisible_by x tp` (`megatron/training/vocab_utils.py`, default 128)
+    /// so that each tensor-parallel shard is a whole number of aligned rows; other stacks keep
+    /// the tokenizer's size unless `--vocab-multiple` says otherwise.
+    pub fn padded_vocab(&self, vocab: u64) -> u64 {
+        let multiple = self.vocab_padding_multiple();
+        vocab.div_ceil(multiple) * multiple
+    }
+
+    /// What `padded_vocab` rounds up to a multiple of (1: no padding).
+    pub fn vocab_padding_multiple(&self) -> u64 {
+        let multiple = match (self.vocab_multiple, self.framework) {
+            (Some(m), Framework::Megatron) => m * self.parallel.tp,
+            (Some(m), _) => m,
+            (None, Framework::Megatron) => MEGATRON_VOCAB_MULTIPLE * self.parallel.tp,
+            (None, _) => 1,
+        };
+        multiple.max(1)
     }
 
     /// Whether gradients exist during the forward pass. Megatron and DeepSpeed keep contiguous
@@ -418,6 +467,7 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
         ("--dp", job.parallel.dp, 1 << 20),
         ("--tp", job.parallel.tp, 1 << 12),
         ("--pp", job.parallel.pp, 1 << 12),
+        ("--virtual-stages", job.virtual_stages, 1 << 10),
     ] {
         in_range(flag, value, limit)?;
     }
@@ -464,6 +514,13 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
             shape.layers,
             "pipeline stages hold whole layers",
         )?;
+        must_divide(
+            "--virtual-stages",
+            job.virtual_stages,
+            "the layers per pipeline stage",
+            shape.layers / p.pp,
+            "each model chunk holds whole layers",
+        )?;
     } else {
         if job.model.params() > MAX_PARAMS {
             return Err(error(
@@ -493,6 +550,15 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
                 "LoRA needs the model's shape (--model or --layers/--hidden/--heads/--vocab)",
             ));
         }
+    }
+    if job.virtual_stages > 1 && p.pp == 1 {
+        return Err(error(
+            "--virtual-stages",
+            "an interleaved schedule splits each pipeline stage into chunks: it needs --pp greater than 1",
+        ));
+    }
+    if let Some(multiple) = job.vocab_multiple {
+        in_range("--vocab-multiple", multiple, 1 << 16)?;
     }
     if p.sp && p.tp == 1 {
         return Err(error("--sp", "sequence parallelism splits activations over the tensor-parallel group: it needs --tp greater than 1"));
@@ -583,6 +649,50 @@ pub fn validate(job: &Job) -> Result<(), PlanError> {
                 "the optimizer step in backward is PyTorch's (torchtune): not with --zero or --offload",
             ));
         }
+    }
+    if job.keep_shifted_logits {
+        let kernel = job
+            .loss_impl
+            .unwrap_or(super::framework::profile(job.framework).loss);
+        if kernel != LossKernel::Fp32Upcast {
+            return Err(error(
+                "--keep-shifted-logits",
+                "the kept fp32 copy is the upcast cross entropy's input: it needs --loss-impl upcast (the pytorch and deepspeed default)",
+            ));
+        }
+        let lm_head = matches!(&job.model, Model::Shaped(shape) if shape.head == super::shape::Head::Lm);
+        if !lm_head {
+            return Err(error(
+                "--keep-shifted-logits",
+                "shifted logits need a language-model head and the model's shape",
+            ));
+        }
+    }
+    if job.paged_optimizer {
+        if !matches!(job.optimizer, Optimizer::AdamW | Optimizer::Adam8bit) {
+            return Err(error(
+                "--paged-optimizer",
+                "paged optimizers are bitsandbytes' AdamW and 8-bit AdamW: use --optimizer adamw or adam8bit",
+            ));
+        }
+        if matches!(job.sharding, Sharding::Zero(_)) || job.offload != Offload::None {
+            return Err(error(
+                "--paged-optimizer",
+                "a paged optimizer is bitsandbytes', not DeepSpeed's: not with --zero or --offload",
+            ));
+        }
+    }
+    if !job.loss_parallel && job.framework == Framework::Megatron {
+        return Err(error(
+            "--no-loss-parallel",
+            "Megatron's cross entropy is always vocab-parallel: use --framework pytorch",
+        ));
+    }
+    if job.checkpointing == Checkpointing::SelectiveOp && job.framework != Framework::Pytorch {
+        return Err(error(
+            "--checkpointing",
+            "selective-op is torchtitan's per-op policy (PyTorch): use --framework pytorch, or selective/full",
+        ));
     }
     if job.precision == Precision::Fp8 && job.framework == Framework::Deepspeed {
         return Err(error(

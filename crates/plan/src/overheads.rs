@@ -222,7 +222,10 @@ pub(crate) fn step(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
     let held = local.trainable / shard;
     let s = state_bytes(job.precision);
     // A step in backward runs one parameter at a time, whatever the implementation.
-    let kernel = if job.optimizer_in_backward {
+    // bitsandbytes' paged optimizers update in one fused kernel per parameter, in place.
+    let kernel = if job.paged_optimizer {
+        StepKernel::Fused
+    } else if job.optimizer_in_backward {
         StepKernel::ForLoop
     } else {
         job.optimizer_impl.unwrap_or(profile.step)

@@ -40,6 +40,9 @@ impl Stage {
 pub(crate) struct Local {
     /// Parameters the optimizer updates (all of them, or the LoRA adapters).
     pub(crate) trainable: f64,
+    /// Trainable elements in tensors of at least `PAGED_MIN_ELEMENTS` on this GPU: the ones a
+    /// paged bitsandbytes optimizer keeps in CUDA managed memory.
+    pub(crate) trainable_pageable: f64,
     /// Frozen base parameters kept in the training precision (LoRA).
     pub(crate) frozen: f64,
     /// Frozen base linear weights stored as 4-bit NormalFloat (QLoRA).
@@ -64,6 +67,19 @@ pub(crate) struct Local {
     pub(crate) galore_long: f64,
     pub(crate) galore_short: f64,
     pub(crate) galore_other: f64,
+}
+
+/// bitsandbytes pages the optimizer states of a tensor only from this many elements on
+/// (`Optimizer8bit.get_state_buffer`: `if not self.is_paged or p.numel() < 1e5`).
+const PAGED_MIN_ELEMENTS: f64 = 1e5;
+
+/// The elements of a tensor of `per_rank` elements that a paged optimizer pages, `copies` times.
+fn pageable(per_rank: f64, copies: f64) -> f64 {
+    if per_rank >= PAGED_MIN_ELEMENTS {
+        per_rank * copies
+    } else {
+        0.0
+    }
 }
 
 /// The stages whose peaks can differ: the first (most in-flight activations) and the last
@@ -115,6 +131,8 @@ pub(crate) fn local(model: &Model, finetune: Finetune, stage: Stage, tp: u64) ->
             let layer = n / model.layers() as f64;
             Local {
                 trainable: n,
+                // Without a shape every parameter sits in a large layer tensor.
+                trainable_pageable: n,
                 linear: n,
                 layer,
                 largest_linear: layer,
@@ -170,6 +188,7 @@ fn shaped(shape: &ModelShape, finetune: Finetune, stage: Stage, tp: f64) -> Loca
         match finetune {
             Finetune::Full => {
                 out.trainable += total;
+                out.trainable_pageable += pageable(per_rank, copies);
                 out.largest_trainable = out.largest_trainable.max(per_rank);
                 out.adafactor_state += copies * adafactor_elements(t.kind, per_rank, tp);
                 match t.kind {
@@ -200,6 +219,9 @@ fn shaped(shape: &ModelShape, finetune: Finetune, stage: Stage, tp: f64) -> Loca
                             let (rows, cols) = (rows as f64, cols as f64);
                             let adapter = r * (rows + cols) / tp;
                             out.trainable += adapter * copies;
+                            // A is rows x r, B is r x cols: two tensors, each paged or not.
+                            out.trainable_pageable +=
+                                pageable(r * rows / tp, copies) + pageable(r * cols / tp, copies);
                             out.galore_other += adapter * copies;
                             out.largest_trainable = out.largest_trainable.max(r * rows.max(cols) / tp);
                             out.adafactor_state += copies * ((rows + r) + (r + cols)) / tp;

@@ -48,6 +48,21 @@ fn techniques(job: &Job) -> String {
     if job.persistent_grads() {
         out.push("gradients kept between steps".to_string());
     }
+    if !job.loss_parallel {
+        out.push("no loss parallel".to_string());
+    }
+    if job.keep_shifted_logits {
+        out.push("fp32 shifted logits kept through the backward".to_string());
+    }
+    if job.paged_optimizer {
+        out.push("paged optimizer (bitsandbytes)".to_string());
+    }
+    if job.virtual_stages > 1 {
+        out.push(format!(
+            "interleaved pipeline schedule, {} model chunks per stage",
+            job.virtual_stages
+        ));
+    }
     if out.is_empty() {
         String::new()
     } else {
@@ -248,6 +263,29 @@ struct ConfigJson<'a> {
     activation_offload: bool,
     optimizer_in_backward: bool,
     persistent_grads: bool,
+    /// Only with an interleaved schedule, so that the JSON of earlier flags is unchanged.
+    #[serde(skip_serializing_if = "is_one")]
+    virtual_stages: u64,
+    /// Only when switched off, for the same reason.
+    #[serde(skip_serializing_if = "is_true")]
+    loss_parallel: bool,
+    /// Only when set, for the same reason.
+    #[serde(skip_serializing_if = "is_false")]
+    keep_shifted_logits: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    paged_optimizer: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 #[derive(Serialize)]
@@ -318,6 +356,10 @@ pub fn json(plan: &Plan) -> String {
         activation_offload: job.activation_offload,
         optimizer_in_backward: job.optimizer_in_backward,
         persistent_grads: job.persistent_grads(),
+        virtual_stages: job.virtual_stages,
+        loss_parallel: job.loss_parallel,
+        keep_shifted_logits: job.keep_shifted_logits,
+        paged_optimizer: job.paged_optimizer,
     };
     let terms = b
         .terms

@@ -134,8 +134,10 @@ const TECHNIQUES: &[Technique] = &[
     Technique {
         name: "selective activation recomputation",
         cost: "small: recomputes attention scores, ~2-4% (Korthikanti sec. 5)",
+        // Korthikanti's selective recomputation drops only the attention score tensors, which
+        // fused attention never stores: with it this rung saves nothing, so it is not offered.
         apply: |job| {
-            (job.checkpointing == Checkpointing::None).then(|| {
+            (job.checkpointing == Checkpointing::None && !job.flash).then(|| {
                 (
                     Job {
                         checkpointing: Checkpointing::Selective,
@@ -170,6 +172,24 @@ const TECHNIQUES: &[Technique] = &[
                 )),
                 Framework::Megatron => None,
             }
+        },
+    },
+    Technique {
+        name: "per-op selective recomputation (torchtitan)",
+        cost: "moderate: recomputes every other matmul, ~12% (torchtitan docs/performance.md, 13B: 2162 -> 1904 WPS)",
+        apply: |job| {
+            let applies = job.framework == Framework::Pytorch
+                && matches!(job.checkpointing, Checkpointing::None | Checkpointing::Selective)
+                && matches!(job.model, Model::Shaped(_));
+            applies.then(|| {
+                (
+                    Job {
+                        checkpointing: Checkpointing::SelectiveOp,
+                        ..job.clone()
+                    },
+                    "--checkpointing selective-op".into(),
+                )
+            })
         },
     },
     Technique {

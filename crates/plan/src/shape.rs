@@ -235,6 +235,11 @@ impl ModelShape {
         out
     }
 
+    /// Sets the learned absolute position embeddings' rows (`--positions`; 0: none, rotary).
+    pub fn set_positions(&mut self, rows: u64) {
+        self.positions = rows;
+    }
+
     /// Total parameters, as the published checkpoints count them (tied tables once).
     pub fn params(&self) -> u64 {
         self.tensors()
@@ -268,6 +273,35 @@ pub fn custom(name: &str, layers: u64, hidden: u64, heads: u64, vocab: u64) -> M
         final_norm: true,
         pooler: false,
         head: Head::Lm,
+    }
+}
+
+/// A GPT-style shape given by flags (`--arch gpt`), as Megatron-LM's GPT model builds it by
+/// default (`gpt_layer_specs`, `megatron/training/arguments.py` defaults): GeLU MLP, LayerNorm,
+/// biases on the linear layers, dropout 0.1 on attention and hidden states, learned absolute
+/// position embeddings of `positions` rows (`--position-embedding-type learned_absolute`,
+/// `--max-position-embeddings`), and an output layer of its own when `tied` is false
+/// (`--untie-embeddings-and-output-weights`).
+#[allow(clippy::too_many_arguments)]
+pub fn gpt(
+    name: &str,
+    layers: u64,
+    hidden: u64,
+    heads: u64,
+    kv_heads: u64,
+    vocab: u64,
+    positions: u64,
+    tied: bool,
+) -> ModelShape {
+    ModelShape {
+        kv_heads,
+        positions,
+        mlp: Mlp::Gelu,
+        norm: Norm::LayerNorm,
+        bias: true,
+        tied_embeddings: tied,
+        dropout: true,
+        ..custom(name, layers, hidden, heads, vocab)
     }
 }
 

@@ -201,17 +201,44 @@ pub(crate) fn terms(job: &Job, local: &Local, profile: &Profile) -> Vec<Term> {
             ZERO,
         ));
     }
+    // A paged bitsandbytes optimizer allocates the states of every tensor of 1e5 elements or
+    // more with cudaMallocManaged (`get_state_buffer` -> `F.get_paged`): on the GPU until the
+    // driver needs the room, but outside PyTorch's caching allocator, so not in
+    // max_memory_allocated/reserved. AdamW's states are per element, so the paged share is
+    // the share of the trainable elements in such tensors.
+    let paged_share = if job.paged_optimizer && local.trainable > 0.0 {
+        local.trainable_pageable / local.trainable
+    } else {
+        0.0
+    };
+    let states = opt / shard(1) * keep(optimizer_on_cpu);
     out.push(Term::new(
         "optimizer_states",
         format!(
-            "optimizer states: {opt_label}{}{}",
+            "optimizer states: {opt_label}{}{}{}",
             sharded(1),
-            cpu(optimizer_on_cpu)
+            cpu(optimizer_on_cpu),
+            if paged_share > 0.0 {
+                " (tensors under 1e5 elements; the rest paged)"
+            } else {
+                ""
+            }
         ),
-        opt / shard(1) * keep(optimizer_on_cpu),
+        states * (1.0 - paged_share),
         Phase::Resident,
         "ZeRO sec. 3.1 (K); Dettmers et al. 2022 (8-bit); Shazeer & Stern 2018 (Adafactor)",
     ));
+    if paged_share > 0.0 {
+        out.push(Term::new(
+            "paged_optimizer_states",
+            format!(
+                "paged optimizer states: {opt_label}, CUDA managed memory (outside the allocator)"
+            ),
+            states * paged_share,
+            Phase::Device,
+            "bitsandbytes Optimizer8bit.get_state_buffer (F.get_paged, tensors >= 1e5 elements); Dettmers et al. 2023 (QLoRA), sec. 3",
+        ));
+    }
     out
 }
 

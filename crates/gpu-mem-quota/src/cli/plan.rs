@@ -9,7 +9,7 @@ use gmq_core::size::parse_size;
 use gmq_plan::framework::{LossKernel, StepKernel};
 use gmq_plan::presets;
 use gmq_plan::report;
-use gmq_plan::shape::{custom, Head, ModelShape};
+use gmq_plan::shape::{custom, gpt, Head, ModelShape};
 use gmq_plan::{
     plan, Checkpointing, Finetune, Framework, Job, LoraTargets, Model, Offload, Optimizer, Parallel,
     Precision, Sharding, DEFAULT_CUDA_CONTEXT,
@@ -25,6 +25,10 @@ const OPTIONS: &[Opt] = &[
     Opt::value("ffn"),
     Opt::value("vocab"),
     Opt::value("head"),
+    Opt::value("arch"),
+    Opt::value("positions"),
+    Opt::value("vocab-multiple"),
+    Opt::value("virtual-stages"),
     Opt::value("precision"),
     Opt::value("optimizer"),
     Opt::value("optimizer-impl"),
@@ -53,6 +57,10 @@ const OPTIONS: &[Opt] = &[
     Opt::flag("activation-offload"),
     Opt::flag("optimizer-in-backward"),
     Opt::flag("keep-grads"),
+    Opt::flag("untied"),
+    Opt::flag("no-loss-parallel"),
+    Opt::flag("keep-shifted-logits"),
+    Opt::flag("paged-optimizer"),
     Opt::flag("json"),
 ];
 
@@ -90,6 +98,15 @@ Model
   --kv-heads N          key/value heads (grouped-query attention); default: --heads
   --ffn N               MLP width; default: 4 x --hidden (custom shapes)
   --head lm|none        output head: vocabulary logits (default) or a small task head
+  --arch llama|gpt      a custom shape's family: llama (gated MLP, RMSNorm, no biases;
+                        default) or gpt (Megatron GPT: GeLU MLP, LayerNorm, biases, dropout,
+                        output layer tied to the embedding unless --untied)
+  --positions N         learned absolute position embeddings of N rows (GPT-2, Megatron
+                        --max-position-embeddings); default: the preset's, 0 for custom shapes
+  --untied              --arch gpt: an output layer of its own
+                        (--untie-embeddings-and-output-weights)
+  --vocab-multiple N    pad the vocabulary to a multiple of N (megatron: N x --tp, default
+                        128, its --make-vocab-size-divisible-by; others: default no padding)
 
 Training
   --precision P         fp32 | amp (autocast, fp32 weights) | mixed (16-bit weights, fp32 master;
@@ -99,6 +116,9 @@ Training
   --galore-rank R       GaLore projection rank (default 128; needs --optimizer galore)
   --optimizer-impl I    loop | foreach | fused; default: the framework's (pytorch: foreach);
                         adam8bit: fused is bitsandbytes, the others torchao's AdamW8bit
+  --paged-optimizer     bitsandbytes paged AdamW / 8-bit AdamW (QLoRA's paged_adamw_32bit):
+                        states of tensors >= 1e5 elements in CUDA managed memory, outside
+                        the allocator's figures but in the peak per GPU
   --optimizer-in-backward
                         each parameter's step runs in backward and frees its gradient
                         (torchtune optimizer_in_bwd; needs --grad-accum 1)
@@ -108,10 +128,18 @@ Training
   --loss-impl L         upcast (fp32 copy of the logits; pytorch, deepspeed default) |
                         vocab-parallel (megatron default) | chunked (torchtune
                         CEWithChunkedOutputLoss) | fused-linear (Liger, Cut Cross-Entropy)
+  --no-loss-parallel    under --tp, the logits are all-gathered and every rank computes the
+                        loss on the whole vocabulary (torchtitan disable_loss_parallel; Hugging
+                        Face tp_plan); default: loss parallel, each rank its vocabulary shard
+  --keep-shifted-logits the loop keeps the fp32 copy of the shifted logits
+                        (logits[..., :-1, :].contiguous()) alive through the backward (no
+                        `del logits` before loss.backward()); needs --loss-impl upcast
   --micro-batch N       samples per GPU per forward pass (default 1)
   --seq N               sequence length in tokens (default 2048)
   --grad-accum N        gradient accumulation steps (default 1)
-  --checkpointing C     none (default) | selective | full activation recomputation
+  --checkpointing C     none (default) | selective (attention scores only: Megatron; nothing
+                        to drop with fused attention) | full | selective-op (torchtitan's
+                        per-op policy: every other matmul and the attention outputs kept)
   --flash, --no-flash   fused attention that stores no score matrix (default: on)
   --compile             torch.compile: the compiled layers store fewer activations
   --activation-offload  saved activations go to CPU memory, 2 layers' worth stay on the GPU
@@ -122,6 +150,9 @@ Training
 Parallelism (GPUs = dp x tp x pp)
   --dp N --tp N --pp N  data, tensor and pipeline parallel sizes (default 1)
   --sp                  Megatron sequence parallelism (needs --tp > 1)
+  --virtual-stages V    interleaved pipeline schedule with V model chunks per pipeline rank
+                        (Megatron virtual pipeline stages, torchtitan Interleaved1F1B;
+                        default 1: plain 1F1B)
   --zero S              ZeRO stage 0-3 (DeepSpeed; Megatron's distributed optimizer is 1)
   --fsdp                PyTorch FSDP FULL_SHARD
   --offload W           none (default) | optimizer (ZeRO-Offload) | params (ZeRO-3/FSDP
@@ -246,7 +277,15 @@ fn size(p: &Parsed, key: &str) -> Result<Option<u64>, String> {
     }
 }
 
-const SHAPE_KEYS: &[&str] = &["layers", "hidden", "heads", "kv-heads", "ffn", "vocab"];
+const SHAPE_KEYS: &[&str] = &[
+    "layers",
+    "hidden",
+    "heads",
+    "kv-heads",
+    "ffn",
+    "vocab",
+    "positions",
+];
 
 fn model_from(p: &Parsed) -> Result<Model, String> {
     if let Some(text) = p.value("params") {
@@ -276,9 +315,24 @@ fn model_from(p: &Parsed) -> Result<Model, String> {
                     missing.join(", ")
                 ));
             }
-            custom("custom", 1, 1, 1, 1)
+            match p.value("arch") {
+                None | Some("llama") => custom("custom", 1, 1, 1, 1),
+                Some("gpt") => gpt("custom", 1, 1, 1, 1, 1, 0, !p.flag("untied")),
+                Some(other) => {
+                    return Err(format!(
+                        "invalid --arch '{}': use one of llama, gpt",
+                        other.escape_debug()
+                    ))
+                }
+            }
         }
     };
+    if p.value("model").is_some() && p.value("arch").is_some() {
+        return Err("--arch describes a custom shape: a --model preset has its own".into());
+    }
+    if p.flag("untied") && p.value("arch") != Some("gpt") {
+        return Err("--untied needs --arch gpt (Llama-style custom shapes are untied already)".into());
+    }
     let preset_mha = shape.kv_heads == shape.heads;
     if let Some(n) = number(p, "layers")? {
         shape.layers = n;
@@ -303,6 +357,9 @@ fn model_from(p: &Parsed) -> Result<Model, String> {
     }
     if let Some(n) = number(p, "vocab")? {
         shape.vocab = n;
+    }
+    if let Some(n) = number(p, "positions")? {
+        shape.set_positions(n);
     }
     shape.head = choice(p, "head", &[(Head::Lm, "lm"), (Head::None, "none")], Head::Lm)?;
     Ok(Model::Shaped(shape))
@@ -387,6 +444,11 @@ fn job_from(p: &Parsed) -> Result<(Job, Option<u64>), String> {
         optimizer_in_backward: p.flag("optimizer-in-backward"),
         keep_grads: p.flag("keep-grads").then_some(true),
         cuda_context: size(p, "cuda-context")?.unwrap_or(DEFAULT_CUDA_CONTEXT),
+        virtual_stages: number(p, "virtual-stages")?.unwrap_or(1),
+        vocab_multiple: number(p, "vocab-multiple")?,
+        loss_parallel: !p.flag("no-loss-parallel"),
+        keep_shifted_logits: p.flag("keep-shifted-logits"),
+        paged_optimizer: p.flag("paged-optimizer"),
     };
     Ok((job, size(p, "quota")?))
 }

@@ -167,6 +167,15 @@ fn help_lists_every_option() {
         "--quota",
         "--cuda-context",
         "--json",
+        "--arch",
+        "--positions",
+        "--untied",
+        "--vocab-multiple",
+        "--virtual-stages",
+        "--no-loss-parallel",
+        "--keep-shifted-logits",
+        "--paged-optimizer",
+        "selective-op",
         "llama-2-7b",
         "mistral-7b",
         "bert-base",
@@ -233,6 +242,32 @@ fn command_line_errors() {
             "invalid --layers 'x': expected a whole number",
         ),
         (&["--model", "gpt2", "--bogus"], "unknown option --bogus"),
+        (
+            &["--model", "gpt2", "--arch", "gpt"],
+            "--arch describes a custom shape",
+        ),
+        (&["--model", "gpt2", "--untied"], "--untied needs --arch gpt"),
+        (
+            &[
+                "--layers", "4", "--hidden", "64", "--heads", "4", "--vocab", "100", "--arch", "bert",
+            ],
+            "invalid --arch 'bert'",
+        ),
+        (
+            &["--model", "llama-2-7b", "--virtual-stages", "2"],
+            "it needs --pp greater than 1",
+        ),
+        (
+            &[
+                "--model",
+                "llama-2-7b",
+                "--framework",
+                "megatron",
+                "--checkpointing",
+                "selective-op",
+            ],
+            "selective-op is torchtitan's",
+        ),
         (&["--model", "gpt2", "extra"], "unexpected argument 'extra'"),
     ];
     for (args, message) in table {
@@ -296,4 +331,134 @@ fn params_with_layers_and_new_options() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains("GaLore rank 256"));
+}
+
+#[test]
+fn issue_29_options() {
+    // A Megatron GPT-style 7B with an interleaved schedule: the chunks and the padded vocabulary
+    // are in the output, the last stage holds the peak.
+    let gpt = [
+        "--arch",
+        "gpt",
+        "--untied",
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--heads",
+        "32",
+        "--kv-heads",
+        "8",
+        "--vocab",
+        "131073",
+        "--positions",
+        "8192",
+        "--seq",
+        "8192",
+        "--framework",
+        "megatron",
+        "--pp",
+        "4",
+        "--dp",
+        "2",
+        "--zero",
+        "1",
+        "--grad-accum",
+        "4",
+        "--virtual-stages",
+        "8",
+    ];
+    let out = run(&gpt);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "peak on the last of 4 pipeline stages",
+        "8 chunks of 1 layer(s) x 29 chunk-micro-batches in flight (interleaved)",
+        "interleaved pipeline schedule, 8 model chunks per stage",
+        "vocabulary padded from 131073 to 131200 rows (a multiple of 128)",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    let json = stdout(&run(&[&gpt[..], &["--json"]].concat()));
+    assert!(json.contains("\"virtual_stages\":8"), "{json}");
+    // Without interleaving the JSON has no virtual_stages key (unchanged from earlier flags).
+    assert!(!stdout(&run(&["--model", "gpt2", "--json"])).contains("virtual_stages"));
+
+    // torchtitan's per-op checkpointing is on the ladder; Megatron's selective is not, with
+    // fused attention (it saves nothing there).
+    let out = run(&[
+        "--model",
+        "llama-3.1-8b",
+        "--fsdp",
+        "--dp",
+        "8",
+        "--micro-batch",
+        "2",
+        "--seq",
+        "8192",
+        "--quota",
+        "80G",
+    ]);
+    let text = stdout(&out);
+    assert!(text.contains("--checkpointing selective-op"), "{text}");
+    assert!(!text.contains("--checkpointing selective "), "{text}");
+
+    // Without loss parallelism every tensor-parallel rank holds the whole vocabulary's logits.
+    // A fused step and 8 x 4096 tokens, so that the loss phase holds the peak.
+    let tp = [
+        "--model",
+        "llama-2-7b",
+        "--tp",
+        "4",
+        "--sp",
+        "--micro-batch",
+        "8",
+        "--seq",
+        "4096",
+        "--optimizer-impl",
+        "fused",
+        "--json",
+    ];
+    let sharded = stdout(&run(&tp));
+    let gathered = stdout(&run(&[&tp[..], &["--no-loss-parallel"]].concat()));
+    assert!(
+        gathered.contains("all-gathered over tp 4 (no loss parallel)"),
+        "{gathered}"
+    );
+    assert!(gathered.contains("\"loss_parallel\":false"), "{gathered}");
+    assert!(!sharded.contains("loss_parallel"), "{sharded}");
+    assert!(json_number(&gathered, "peak_bytes") > json_number(&sharded, "peak_bytes"));
+    let paged = stdout(&run(&[
+        "--model",
+        "llama-2-7b",
+        "--lora-rank",
+        "64",
+        "--qlora",
+        "--paged-optimizer",
+        "--json",
+    ]));
+    assert!(paged.contains("\"paged_optimizer\":true"), "{paged}");
+    assert!(paged.contains("\"name\":\"paged_optimizer_states\""), "{paged}");
+    let kept = stdout(&run(&["--model", "llama-2-7b", "--keep-shifted-logits"]));
+    assert!(
+        kept.contains("fp32 shifted logits kept through the backward"),
+        "{kept}"
+    );
+    let out = run(&[
+        "--model",
+        "llama-2-7b",
+        "--loss-impl",
+        "chunked",
+        "--keep-shifted-logits",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(&[
+        "--model",
+        "llama-2-7b",
+        "--framework",
+        "megatron",
+        "--no-loss-parallel",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("always vocab-parallel"), "{}", stderr(&out));
 }

@@ -3,6 +3,7 @@
 
 mod plan_activations;
 mod plan_errors;
+mod plan_mechanisms;
 mod plan_presets;
 mod plan_search;
 mod plan_techniques;

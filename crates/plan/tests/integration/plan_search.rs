@@ -100,6 +100,7 @@ fn ladder_is_ordered_by_cost_and_stops_when_it_fits() {
         "--zero 2",
         "--checkpointing selective",
         "--zero 3",
+        "--checkpointing selective-op",
         "--checkpointing full",
     ];
     let positions: Vec<usize> = flags
