@@ -101,12 +101,12 @@ Model
   --arch llama|gpt      a custom shape's family: llama (gated MLP, RMSNorm, no biases;
                         default) or gpt (Megatron GPT: GeLU MLP, LayerNorm, biases, dropout,
                         output layer tied to the embedding unless --untied)
-  --positions N         learned absolute position embeddings of N rows (GPT-2, Megatron
-                        --max-position-embeddings); default: the preset's, 0 for custom shapes
+  --positions N         learned absolute position embeddings of N rows (GPT-2; Megatron's
+                        max_position_embeddings); default: the preset's, 0 for custom shapes
   --untied              --arch gpt: an output layer of its own
-                        (--untie-embeddings-and-output-weights)
+                        (Megatron's untie_embeddings_and_output_weights)
   --vocab-multiple N    pad the vocabulary to a multiple of N (megatron: N x --tp, default
-                        128, its --make-vocab-size-divisible-by; others: default no padding)
+                        128, its make_vocab_size_divisible_by; others: default no padding)
 
 Training
   --precision P         fp32 | amp (autocast, fp32 weights) | mixed (16-bit weights, fp32 master;
