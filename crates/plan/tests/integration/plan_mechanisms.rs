@@ -339,11 +339,12 @@ fn paged_optimizer_states_leave_the_allocator_but_not_the_gpu() {
     // of its AdamW states are paged.
     assert!(states > 0);
     assert_eq!(resident_when_paged, 0);
-    assert_eq!(paged_states, states);
+    // torch's AdamW keeps bf16 states for bf16 parameters; bitsandbytes' 32-bit paged AdamW
+    // keeps fp32 ones, twice the bytes.
+    assert_eq!(paged_states, 2 * states);
     // Out of torch.cuda's figures, still in what NVML (and the quota) sees.
     assert_eq!(plain.allocated - paged.allocated, states);
-    assert_eq!(plain.peak, paged.peak);
-    assert_eq!(gmq_plan::model_states(&plain), gmq_plan::model_states(&paged));
+    assert_eq!(plain.peak + states, paged.peak);
 }
 
 #[test]
