@@ -321,12 +321,16 @@ fn loss_term(job: &Job, prof: &Profile, shape: &ModelShape, tokens: f64) -> Term
         // 16-bit logits + fp32 copy + fp32 log-softmax kept for backward (its gradient in backward).
         // With the shifted fp32 copy kept (`kept_shifted_logits`), the model hands out fp32
         // logits (its 16-bit output is not held) and that copy is the loss's input, counted in
-        // its own term; the loss adds the fp32 log-softmax it saves and, in its backward, the
-        // gradient of the same size, while the kept copy is still alive.
+        // its own term. The loss's backward peak is then the larger: `F.cross_entropy` is
+        // `nll_loss(log_softmax(x))` (ATen `cross_entropy_loss`); `NllLossBackward0` hands a
+        // gradient of the input's full size to `LogSoftmaxBackward0`, which allocates its own
+        // (`_log_softmax_backward_data`) while that gradient and the saved fp32 log-softmax are
+        // still held: 3 x 4 bytes beside the kept copy (torchtitan PR #112's debug model, whose
+        // peak is this, measures the 16 bytes per entry; docs/PLAN.md sec. 4).
         LossKernel::Fp32Upcast if job.keep_shifted_logits => (
-            vocab * tokens * 8.0,
+            vocab * tokens * 12.0,
             format!(
-                "cross-entropy: vocab {} x 8 B per token (log-softmax and its gradient, beside the kept copy)",
+                "cross-entropy backward: vocab {} x 12 B per token (saved log-softmax, the nll gradient and the log-softmax gradient, beside the kept copy)",
                 shape.vocab
             ),
             "Korthikanti et al. 2022, sec. 4.3; HF ForCausalLMLoss upcasts logits to fp32",

@@ -68,7 +68,13 @@ const BLOCKWISE_8BIT: f64 = 1.0 + 4.0 / 256.0;
 /// The optimizer's own state for the trainable parameters on this GPU, before sharding: bytes and
 /// a description.
 fn optimizer_state(job: &Job, local: &Local) -> (f64, String) {
-    let s = state_bytes(job.precision);
+    // bitsandbytes' 32-bit optimizers (the paged ones among them) keep their states in fp32
+    // whatever the parameters' dtype (`Optimizer2State.init_state`: `dtype=torch.float32`).
+    let s = if job.paged_optimizer {
+        4.0
+    } else {
+        state_bytes(job.precision)
+    };
     let dtype = if s == 2.0 { "bf16" } else { "fp32" };
     match job.optimizer {
         Optimizer::AdamW => (
