@@ -8,7 +8,8 @@
 //! 1. **Values**: `size`, `request`, `batch`, `record` (the AdminComment format), `json_number`,
 //!    `argv` (the command line, over lexopt), `job_env`, `dir_rule` (the one rule for a directory
 //!    root is handed), `node_files` (the runtime directory's names and file formats), `sluid` (a
-//!    job's SLUID, as Slurm prints it).
+//!    job's SLUID, as Slurm prints it), `job_telemetry` (the job's own allocator telemetry file,
+//!    the job's word).
 //! 2. **Policy and decisions**: `config` (with the `[preemption]` settings), `plugin_args`,
 //!    `hints`, `quota`, `admission`, `step` (what a job step gets on a node), `predict`, `metrics`
 //!    (the textfile's format), `preempt` (victim choice, ranks, cooldowns); `slurm_text` (what
@@ -26,6 +27,7 @@ pub mod controller;
 pub mod dir_rule;
 pub mod hints;
 pub mod job_env;
+pub mod job_telemetry;
 pub mod json_number;
 pub mod launch;
 pub mod metrics;

@@ -6,7 +6,8 @@
 //! `crate::` imports have no cycle (a shared piece lives below both of its users). From the bottom:
 //!
 //! 1. **Files and processes**: `trusted_dir`, `textfile`, `runtime`, `attribute`, `passwd`,
-//!    `preempt_registry` (the node's preemption registry).
+//!    `preempt_registry` (the node's preemption registry), `telemetry` (the job's own allocator
+//!    telemetry, found through its processes and read without trusting where it lives).
 //! 2. **Slurm and the watchdog**: `slurmctl` (Slurm's commands), `slurm_controller` (gmq-core's
 //!    `Controller` over them), `spawn` (the watchdog started from inside slurmstepd).
 //!
@@ -21,6 +22,7 @@ pub mod runtime;
 pub mod slurm_controller;
 pub mod slurmctl;
 pub mod spawn;
+pub mod telemetry;
 pub mod textfile;
 pub mod trusted_dir;
 

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Action, Enforcement, Prediction};
 use crate::controller::{AdminComment, ControlError, Controller, RECORD_ATTEMPTS};
+use crate::job_telemetry::ReportedTask;
 use crate::metrics::{GpuMetrics, JobMetrics};
 use crate::predict::{self, PredictParams, Sample};
 use crate::record::{self, EventKind};
@@ -112,6 +113,9 @@ pub struct Watchdog {
     record_retry_at: Option<Instant>,
     /// The driver's hard limit set for the job's cgroup, where one is in force.
     hard_limit: Option<hard_limit::InForce>,
+    /// What the job's tasks here last said of their allocators (`crate::job_telemetry`): shown in
+    /// the status file and the metrics as the job's word, never read by a decision.
+    job_reported: Vec<ReportedTask>,
 }
 
 pub fn unix_now() -> u64 {
@@ -150,7 +154,20 @@ impl Watchdog {
             record_failures: 0,
             record_retry_at: None,
             hard_limit: None,
+            job_reported: Vec::new(),
         }
+    }
+
+    /// The job's own allocator telemetry, as last read by the daemon: shown, never decided on.
+    pub fn set_job_reported(&mut self, mut tasks: Vec<ReportedTask>) {
+        tasks.sort_by_key(|t| (t.task, t.pid));
+        self.job_reported = tasks;
+    }
+
+    /// The job's processes on its GPUs at the last sample, as attributed (cgroup or ancestry, never
+    /// the job's own say): where the daemon looks for the job's telemetry.
+    pub fn attributed_pids(&self) -> &[u32] {
+        &self.job_pids
     }
 
     /// The driver's hard limit is in force for the job (shown in the status file).
@@ -245,6 +262,7 @@ impl Watchdog {
                 })
                 .collect(),
             events: self.entry.as_ref().map(|e| e.facts.events).unwrap_or_default(),
+            job_reported: self.job_reported.clone(),
         }
     }
 
@@ -609,6 +627,7 @@ impl Watchdog {
                         .map(|h| h.bytes),
                 })
                 .collect(),
+            job_reported: self.job_reported.clone(),
         }
     }
 

@@ -10,8 +10,20 @@
 //! `state` (job and per GPU): `ok`, `warn` (at or above the warn threshold, or a crossing predicted
 //! within the horizon), `over-quota` (grace period running), `acted` (job only: requeued, held or
 //! cancelled; `action` says which).
+//!
+//! `job_reported` (only where a task of the job wrote allocator telemetry, `crate::job_telemetry`):
+//! per task, what the job's own allocator says, each entry marked `"source":"job-reported"`: the
+//! job's word, shown to the admin and never a fact the watchdog enforces with.
+//! ```json
+//!  "job_reported":[{"source":"job-reported","task":0,"pid":4242,"updated_at":"2026-11-30T05:59:58Z",
+//!    "allocator":{"allocated_bytes":30,"reserved_bytes":40,"peak_allocated_bytes":35,
+//!                 "peak_reserved_bytes":40,"num_alloc_retries":1,"num_ooms":0,"fragmentation":0.25},
+//!    "controller":null}]
+//! ```
 
 use serde::{Deserialize, Serialize};
+
+use crate::job_telemetry::ReportedTask;
 
 pub const VERSION: u64 = 1;
 
@@ -91,6 +103,10 @@ pub struct Status {
     pub gpus: Vec<GpuStatus>,
     #[serde(default)]
     pub prediction: Option<PredictionStatus>,
+    /// The job's own allocator telemetry on this node, by task: the job's word, not a measurement.
+    /// Absent (not written) while no task wrote any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub job_reported: Vec<ReportedTask>,
 }
 
 fn version() -> u64 {
@@ -199,6 +215,7 @@ mod tests {
                 seconds_to_quota: 240,
                 suggested_batch_scale: 62,
             }),
+            job_reported: Vec::new(),
         }
     }
 
@@ -213,6 +230,41 @@ mod tests {
              \"prediction\":{\"gpu_index\":0,\"seconds_to_quota\":240,\"suggested_batch_scale\":0.62}}\n"
         );
         assert_eq!(Status::from_json(&status.to_json()), Ok(status));
+    }
+
+    #[test]
+    fn the_jobs_telemetry_comes_last_marked_as_the_jobs_word() {
+        let mut status = example();
+        let written = status.to_json();
+        status.job_reported = vec![ReportedTask {
+            source: crate::job_telemetry::SOURCE.into(),
+            task: 1,
+            pid: 4242,
+            updated_at: 60,
+            allocator: crate::job_telemetry::AllocatorTelemetry {
+                allocated_bytes: 30,
+                reserved_bytes: 40,
+                peak_allocated_bytes: 35,
+                peak_reserved_bytes: 40,
+                num_alloc_retries: 1,
+                num_ooms: 0,
+                fragmentation: 2500,
+            },
+            controller: None,
+        }];
+        let text = status.to_json();
+        // Only an addition: what was written before stays as it was.
+        assert_eq!(
+            text,
+            format!(
+                "{},\"job_reported\":[{{\"source\":\"job-reported\",\"task\":1,\"pid\":4242,\
+                 \"updated_at\":\"1970-01-01T00:01:00Z\",\"allocator\":{{\"allocated_bytes\":30,\
+                 \"reserved_bytes\":40,\"peak_allocated_bytes\":35,\"peak_reserved_bytes\":40,\
+                 \"num_alloc_retries\":1,\"num_ooms\":0,\"fragmentation\":0.25}},\"controller\":null}}]}}\n",
+                written.strip_suffix("}\n").unwrap()
+            )
+        );
+        assert_eq!(Status::from_json(&text), Ok(status));
     }
 
     #[test]

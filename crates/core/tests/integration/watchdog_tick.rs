@@ -778,3 +778,56 @@ fn the_gpu_is_named_by_the_nodes_number_in_metrics_record_and_status() {
     let status = watchdog.status(Some(40 * G));
     assert_eq!(status.gpus.iter().map(|g| g.index).collect::<Vec<_>>(), [3]);
 }
+
+#[test]
+fn the_jobs_telemetry_is_shown_and_never_decided_on() {
+    use gmq_core::job_telemetry::{AllocatorTelemetry, ReportedTask, SOURCE};
+    // The job says it holds almost nothing and has never run out of memory; NVML says it is over
+    // its quota. The status and the metrics show both, and the watchdog acts on NVML's word alone.
+    let lie = ReportedTask {
+        source: SOURCE.into(),
+        task: 0,
+        pid: JOB_PID,
+        updated_at: 1_796_018_400,
+        allocator: AllocatorTelemetry {
+            allocated_bytes: 1,
+            reserved_bytes: 1,
+            peak_allocated_bytes: 1,
+            peak_reserved_bytes: 1,
+            num_alloc_retries: 0,
+            num_ooms: 0,
+            fragmentation: 0,
+        },
+        controller: None,
+    };
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    watchdog.set_job_reported(vec![lie.clone()]);
+    let (mut gpus, mut slurm, mut lines) = (
+        FakeGpus::new(vec![Ok((50 * G, 0))]),
+        FakeSlurm::default(),
+        Lines::default(),
+    );
+    let t0 = Instant::now();
+    for i in 0..5 {
+        watchdog.tick(
+            t0 + Duration::from_secs(i),
+            &mut gpus,
+            &mut ByPid,
+            &mut slurm,
+            &mut lines,
+        );
+    }
+    assert_eq!(watchdog.attributed_pids(), [JOB_PID]);
+    assert!(watchdog.has_acted(), "{:?}", slurm.calls);
+    let status = lines.status.expect("a status was written");
+    assert_eq!(status.job_reported, vec![lie]);
+    assert_eq!(status.gpus[0].used_bytes, 50 * G);
+    let metrics = gmq_core::metrics::render(&watchdog.metrics("alice"));
+    assert!(
+        metrics.contains(
+            "gpu_mem_quota_job_reported_reserved_bytes{job_id=\"7\",user=\"alice\",task=\"0\"} 1\n"
+        ),
+        "{metrics}"
+    );
+}

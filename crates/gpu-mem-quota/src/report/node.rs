@@ -16,6 +16,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::format::{human_size, percent, table};
+use gmq_core::job_telemetry::ReportedTask;
+use gmq_core::metrics::fragmentation_ratio;
 use gmq_core::node_files;
 use gmq_core::watchdog::status::{GpuStatus, JobHealth, Status};
 
@@ -231,6 +233,11 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
             ));
         }
     }
+    for job in &node.jobs {
+        for task in &job.job_reported {
+            out.push_str(&job_reported_line(job.job_id, task, now));
+        }
+    }
     for job in &node.without_status {
         out.push_str(&format!(
             "Job {job}: no status file (no quota, or its watchdog is starting).\n"
@@ -248,9 +255,26 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
     out
 }
 
+/// One task's telemetry, said to be the job's word: `now` in Unix seconds, for its age.
+fn job_reported_line(job_id: u32, task: &ReportedTask, now: u64) -> String {
+    let a = &task.allocator;
+    format!(
+        "Job {job_id} task {} (pid {}), as the job reports it {}s ago: allocated {} of {} reserved, \
+         fragmentation {}, {} alloc retries, {} OOMs.\n",
+        task.task,
+        task.pid,
+        now.saturating_sub(task.updated_at),
+        human_size(a.allocated_bytes),
+        human_size(a.reserved_bytes),
+        fragmentation_ratio(a),
+        a.num_alloc_retries,
+        a.num_ooms,
+    )
+}
+
 /// The node's jobs as `{"jobs":[...],"without_status":[...],"broken":[...],"unreadable":N}`, compact.
 /// A job is its status file's fields but `version`, `quota_bytes` (each GPU has it) and
-/// `prediction`, with `updated_at` in Unix seconds.
+/// `prediction`, with `updated_at` in Unix seconds (`job_reported` keeps the status file's form).
 pub fn node_json(node: &NodeStatus) -> String {
     #[derive(Serialize)]
     struct Node<'a> {
@@ -266,6 +290,9 @@ pub fn node_json(node: &NodeStatus) -> String {
         action: Option<&'a str>,
         updated_at: Option<u64>,
         gpus: &'a [GpuStatus],
+        /// Only where the job reported telemetry: the job's word, each entry marked as such.
+        #[serde(skip_serializing_if = "<[ReportedTask]>::is_empty")]
+        job_reported: &'a [ReportedTask],
     }
     #[derive(Serialize)]
     struct Broken<'a> {
@@ -282,6 +309,7 @@ pub fn node_json(node: &NodeStatus) -> String {
                 action: job.action.as_deref(),
                 updated_at: job.updated_at,
                 gpus: &job.gpus,
+                job_reported: &job.job_reported,
             })
             .collect(),
         without_status: &node.without_status,

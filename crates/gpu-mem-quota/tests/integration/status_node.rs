@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gmq_commands::report::{node_json, node_text, parse_status, read_node};
+use gmq_core::job_telemetry::{AllocatorTelemetry, ReportedTask, SOURCE};
 use gmq_core::watchdog::status::{GpuStatus, JobHealth, Status, VERSION};
 use serde_json::Value;
 
@@ -28,6 +29,7 @@ fn job_dir(runtime: &Path, job: &str) -> PathBuf {
 
 /// Job 101 as the watchdog writes it (job-level state and quota); job 102 as docs/HINTS.md shows
 /// (per-GPU quota and state, a prediction, an RFC 3339 time); 103 without a file; 104 broken.
+/// Job 101's task 0 reports its allocator's telemetry.
 fn fake_node(runtime: &Path) {
     let status = Status {
         version: VERSION,
@@ -59,6 +61,22 @@ fn fake_node(runtime: &Path) {
             },
         ],
         prediction: None,
+        job_reported: vec![ReportedTask {
+            source: SOURCE.into(),
+            task: 0,
+            pid: 4242,
+            updated_at: 940,
+            allocator: AllocatorTelemetry {
+                allocated_bytes: 30 * GIB,
+                reserved_bytes: 40 * GIB,
+                peak_allocated_bytes: 35 * GIB,
+                peak_reserved_bytes: 40 * GIB,
+                num_alloc_retries: 2,
+                num_ooms: 0,
+                fragmentation: 2500,
+            },
+            controller: None,
+        }],
     };
     fs::write(job_dir(runtime, "101").join("status.json"), status.to_json()).unwrap();
     let documented = r#"{
@@ -92,6 +110,7 @@ JOBID  STATE       GPU  UUID      USED  QUOTA  PEAK  USED/QUOTA  PEAK/QUOTA  UPD
 101    warn        1    GPU-bbbb  10G   40G    12G   25.0%       30.0%       5s ago
 102    over-quota  3    GPU-cccc  20G   20G    20G   100.0%      100.0%      0s ago
 Job 101: the driver's hard limit is in force (GPU 0 at 40G).
+Job 101 task 0 (pid 4242), as the job reports it 65s ago: allocated 30G of 40G reserved, fragmentation 0.25, 2 alloc retries, 0 OOMs.
 Job 103: no status file (no quota, or its watchdog is starting).
 Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
 ";
@@ -120,6 +139,11 @@ Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
     );
     // The documented schema's RFC 3339 time (2025-06-01T12:00:00Z) is read as unix seconds.
     assert_eq!(jobs[1]["updated_at"], 1_748_779_200);
+    // The job's word, marked as such; absent where the job reported nothing.
+    let reported = &jobs[0]["job_reported"][0];
+    assert_eq!(reported["source"], "job-reported");
+    assert_eq!(reported["allocator"]["fragmentation"], 0.25);
+    assert!(jobs[1].get("job_reported").is_none());
     assert_eq!(doc["without_status"], serde_json::json!([103]));
     assert_eq!(doc["unreadable"].as_u64(), Some(0));
 }
@@ -151,7 +175,7 @@ fn status_files_that_do_not_fit_are_refused_by_name() {
         ),
         (
             "[]",
-            "invalid length 1, expected struct Status with 8 elements at line 1 column 2",
+            "invalid length 1, expected struct Status with 9 elements at line 1 column 2",
         ),
         ("not json", "expected ident at line 1 column 2"),
     ];

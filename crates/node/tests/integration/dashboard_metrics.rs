@@ -35,6 +35,7 @@ fn job(job_id: u32, user: &str, gpus: &[(u64, u64)]) -> JobMetrics {
             })
             .collect(),
         events,
+        job_reported: Vec::new(),
     }
 }
 

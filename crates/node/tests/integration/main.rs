@@ -9,6 +9,7 @@ mod cgroup_v2_fixtures;
 mod dashboard_metrics;
 mod earlier_watchdog;
 mod job_submit_lua;
+mod job_telemetry_files;
 mod metrics_render;
 mod metrics_textfile;
 mod preempt_antithrash;

@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use gmq_core::job_telemetry::{AllocatorTelemetry, ReportedTask, SOURCE};
 use gmq_core::metrics::{render, GpuMetrics, JobMetrics};
 use gmq_core::record::{EventCounts, EventKind};
 
@@ -33,6 +34,7 @@ fn two_gpu_job() -> JobMetrics {
             },
         ],
         events,
+        job_reported: Vec::new(),
     }
 }
 
@@ -61,6 +63,81 @@ gpu_mem_quota_events_total{job_id="4242",user="alice",kind="held"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="oom"} 0
 "#;
     assert_eq!(render(&two_gpu_job()), want);
+}
+
+/// Task `task`'s telemetry as the job reports it.
+fn reported(task: u32, pid: u32, allocated_gib: u64, fragmentation: u32) -> ReportedTask {
+    ReportedTask {
+        source: SOURCE.into(),
+        task,
+        pid,
+        updated_at: 1_796_018_400,
+        allocator: AllocatorTelemetry {
+            allocated_bytes: allocated_gib * GIB,
+            reserved_bytes: 32 * GIB,
+            peak_allocated_bytes: 31 * GIB,
+            peak_reserved_bytes: 32 * GIB,
+            num_alloc_retries: 3,
+            num_ooms: 1,
+            fragmentation,
+        },
+        controller: None,
+    }
+}
+
+#[test]
+fn the_jobs_telemetry_follows_marked_as_reported_by_the_job() {
+    let mut job = two_gpu_job();
+    let without = render(&job);
+    // Out of order, and task 1 twice (two processes writing the same task): one sample per task.
+    job.job_reported = vec![
+        reported(1, 51, 16, 5000),
+        reported(0, 50, 24, 2500),
+        reported(1, 52, 8, 7500),
+    ];
+    let text = render(&job);
+    // Only an addition: what was there is unchanged, first.
+    let added = text
+        .strip_prefix(&without)
+        .expect("the measured families come first, unchanged");
+    let want = r#"# HELP gpu_mem_quota_job_reported_allocated_bytes GPU memory the task's allocator says is allocated to tensors, as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_allocated_bytes gauge
+gpu_mem_quota_job_reported_allocated_bytes{job_id="4242",user="alice",task="0"} 25769803776
+gpu_mem_quota_job_reported_allocated_bytes{job_id="4242",user="alice",task="1"} 17179869184
+# HELP gpu_mem_quota_job_reported_reserved_bytes GPU memory the task's allocator says it holds (reserved), as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_reserved_bytes gauge
+gpu_mem_quota_job_reported_reserved_bytes{job_id="4242",user="alice",task="0"} 34359738368
+gpu_mem_quota_job_reported_reserved_bytes{job_id="4242",user="alice",task="1"} 34359738368
+# HELP gpu_mem_quota_job_reported_peak_allocated_bytes The most GPU memory the task's allocator says was allocated, as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_peak_allocated_bytes gauge
+gpu_mem_quota_job_reported_peak_allocated_bytes{job_id="4242",user="alice",task="0"} 33285996544
+gpu_mem_quota_job_reported_peak_allocated_bytes{job_id="4242",user="alice",task="1"} 33285996544
+# HELP gpu_mem_quota_job_reported_peak_reserved_bytes The most GPU memory the task's allocator says it held, as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_peak_reserved_bytes gauge
+gpu_mem_quota_job_reported_peak_reserved_bytes{job_id="4242",user="alice",task="0"} 34359738368
+gpu_mem_quota_job_reported_peak_reserved_bytes{job_id="4242",user="alice",task="1"} 34359738368
+# HELP gpu_mem_quota_job_reported_fragmentation_ratio 1 - allocated/reserved of the task's allocator, as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_fragmentation_ratio gauge
+gpu_mem_quota_job_reported_fragmentation_ratio{job_id="4242",user="alice",task="0"} 0.25
+gpu_mem_quota_job_reported_fragmentation_ratio{job_id="4242",user="alice",task="1"} 0.5
+# HELP gpu_mem_quota_job_reported_alloc_retries_total Times the task's allocator freed its cache and retried an allocation, as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_alloc_retries_total counter
+gpu_mem_quota_job_reported_alloc_retries_total{job_id="4242",user="alice",task="0"} 3
+gpu_mem_quota_job_reported_alloc_retries_total{job_id="4242",user="alice",task="1"} 3
+# HELP gpu_mem_quota_job_reported_ooms_total Out-of-memory errors the task's allocator raised, as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_ooms_total counter
+gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",task="0"} 1
+gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",task="1"} 1
+# HELP gpu_mem_quota_job_reported_updated_timestamp_seconds When the task last wrote its telemetry (Unix time), as reported by the job, not measured.
+# TYPE gpu_mem_quota_job_reported_updated_timestamp_seconds gauge
+gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="0"} 1796018400
+gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="1"} 1796018400
+"#;
+    assert_eq!(added, want);
+    match promtool_check(&text) {
+        None => promtool_missing("check metrics"),
+        Some((clean, said)) => assert!(clean, "promtool check metrics:\n{said}\n{text}"),
+    }
 }
 
 #[test]

@@ -42,6 +42,7 @@ use gmq_core::watchdog::{Flow, Reporter, Watchdog};
 use gmq_node::attribute::{JobOnNode, ProcAttributor};
 use gmq_node::runtime;
 use gmq_node::slurm_controller::SlurmController;
+use gmq_node::telemetry::{TelemetryReader, READ_EVERY};
 use gmq_node::textfile;
 use outputs::{LogReporter, Metrics};
 use stop::{install_signal_handlers, sleep_or_stop, stop_requested};
@@ -89,6 +90,9 @@ struct Daemon {
     hard_limit_due: bool,
     /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
     presence: Presence,
+    /// The job's own allocator telemetry, read through its processes' working directories: shown
+    /// in the status file and the metrics as the job's word, never enforced with.
+    telemetry: TelemetryReader,
     /// The job's run here is known to be over: the epilog's signal came, or its cgroup is empty
     /// and slurmctld says so. Only then is what it left on its GPUs dealt with.
     run_over: bool,
@@ -213,6 +217,7 @@ impl Daemon {
             }
             _ => None,
         };
+        let telemetry = TelemetryReader::new(PathBuf::from(PROC_ROOT), params.job_id, params.uid, READ_EVERY);
         Ok(Daemon {
             params,
             settings,
@@ -230,6 +235,7 @@ impl Daemon {
             hard_limit: None,
             hard_limit_due,
             presence,
+            telemetry,
             run_over: false,
         })
     }
@@ -245,6 +251,7 @@ impl Daemon {
         let mut last_record: Option<String> = None;
         let mut jitter = Jitter::from_seed(jitter_seed());
         while !stop_requested() {
+            self.read_job_telemetry();
             let mut recording = Recording {
                 inner: &mut gpus,
                 last: Vec::new(),
@@ -321,6 +328,23 @@ impl Daemon {
             }
         }
         self.gpus = Some(gpus);
+    }
+
+    /// The job's telemetry, when due (`gmq_node::telemetry`), from the working directories of the
+    /// processes the last sample attributed to the job; the read itself runs on a thread of its
+    /// own, and its tasks are shown once it has ended. Each failure is said once; none changes
+    /// anything the watchdog does.
+    fn read_job_telemetry(&mut self) {
+        let pids = self.watchdog.attributed_pids();
+        let Some((tasks, said)) = self.telemetry.poll(Instant::now(), pids) else {
+            return;
+        };
+        for line in said {
+            self.reporter.info(&format!(
+                "the job's telemetry not shown: {line} (the job's word only: enforcement never reads it)"
+            ));
+        }
+        self.watchdog.set_job_reported(tasks);
     }
 
     /// Sets the quota as the driver's hard limit on the job's cgroup, once that cgroup exists: the
