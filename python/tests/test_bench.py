@@ -27,3 +27,21 @@ def test_the_controller_grows_back_when_the_sequences_shorten_and_halving_does_n
     back = bench.SCHEDULES[1]
     *_, halving, controller = bench.compare(bench.NODES[0], back)
     assert controller.final_micro > halving.final_micro
+
+
+def test_the_real_torch_schedule_runs_on_the_cpu_budget(tmp_path):
+    """python/bench/torch_schedule.py (slurm/gpu-check runs it on a GPU), shrunk to a smoke test on the
+    CPU budget: the controller loses no step and never restarts; the declared static micro-batch does."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+
+    script = Path(__file__).parent.parent / "bench" / "torch_schedule.py"
+    out = subprocess.run([sys.executable, str(script), "--cpu", "--width", "32", "--blocks", "1", "--steps", "20",
+                          "--seq-from", "16", "--seq-to", "48", "--json"],
+                         check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+    baseline, static_declared, halving, controller = json.loads(out)["results"]
+    assert (controller["lost_steps"], controller["restarts"]) == (0, 0)
+    assert static_declared["restarts"] > 0
+    assert halving["ooms"] > 0 and halving["restarts"] == 0
+    assert baseline["ooms"] == 0

@@ -1,0 +1,286 @@
+#!/usr/bin/env python3
+"""The sequence-length schedule of seq_len_schedule.py with real PyTorch: a small language model trains
+while its sequences grow from --seq-from to --seq-to tokens under a fixed quota. Compared: the largest
+static micro-batch that fits the whole schedule (the baseline), the declared static micro-batch, halving
+on OOM (Composer-style: no prediction, no growing back) and this package's controller.
+
+On a CUDA device the caching allocator is held to the quota (torch.cuda.set_per_process_memory_fraction),
+so an allocation past it raises the real torch.cuda.OutOfMemoryError, as a hard limit does. --cpu trains
+on the CPU against gpu_mem_quota.testing.MemoryBudget instead (a smoke test: its times mean little).
+
+The quota is set from the model, measured first: its fixed part (weights, gradients, AdamW's states) plus
+--samples-at-start samples of --seq-from tokens, so that the declared micro-batch does not fit from the
+start and the longest sequences need a smaller one still. A static run that runs out of memory dies and
+restarts from its last checkpoint (every --checkpoint-every steps) at the micro-batch the restart hints
+give, (T - fixed) / (P - fixed) of it with T = 95 % of the quota and P what it held when it failed, as
+the watchdog computes them; the requeue's own delay is not counted. Lost steps are those redone.
+
+    python3 python/bench/torch_schedule.py            # a CUDA GPU (slurm/gpu-check runs it there)
+    python3 python/bench/torch_schedule.py --cpu --width 32 --steps 12 --seq-from 16 --seq-to 48
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, List, Optional
+
+import torch
+from torch import nn
+
+from gpu_mem_quota import BatchController, BatchGeometry, ControllerConfig, memory_budget
+from gpu_mem_quota.pytorch import AdaptiveBatchRunner, CudaMemory, MemorySource
+from gpu_mem_quota.testing import MemoryBudget
+
+VOCAB = 4096
+SAFETY_MARGIN = 0.05  # the hints' and the controller's target: 95 % of the quota
+
+
+class SmallLM(nn.Module):
+    """Embedding, MLP blocks and a head: activations grow with micro-batch x tokens."""
+
+    def __init__(self, width: int, blocks: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, width)
+        self.blocks = nn.Sequential(*[
+            nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+            for _ in range(blocks)])
+        self.head = nn.Linear(width, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.embed(tokens)))
+
+
+@dataclass
+class Result:
+    name: str
+    seconds: float = 0.0
+    lost_steps: int = 0
+    restarts: int = 0
+    ooms: int = 0
+    final_micro: int = 0
+    samples: int = 0
+
+    def throughput(self) -> float:
+        return self.samples / self.seconds if self.seconds else 0.0
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.device = torch.device("cpu" if args.cpu else "cuda")
+        self.declared = BatchGeometry.parse(args.batch)
+        torch.manual_seed(0)
+        self.model = SmallLM(args.width, args.blocks).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.initial = (copy.deepcopy(self.model.state_dict()), None)
+        self.memory: MemorySource
+        self.quota = 0
+
+    def seq_len_at(self, step: int) -> int:
+        """--seq-from, rising in 8 equal rises over the first 80 % of the steps to --seq-to, then held."""
+        a = self.args
+        rises = 8
+        rise_every = max(1, int(a.steps * 0.8) // rises)
+        return min(a.seq_to, a.seq_from + (a.seq_to - a.seq_from) * (step // rise_every) // rises)
+
+    def batch(self, step: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(step)
+        tokens = torch.randint(0, VOCAB, (self.declared.effective, self.seq_len_at(step) + 1), generator=generator)
+        return tokens.to(self.device)
+
+    def loss_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits = self.model(tokens[:, :-1])
+        return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+
+    def reset(self) -> None:
+        """The same start for every run: the initial weights, a fresh optimizer, an empty cache."""
+        self.model.load_state_dict(self.initial[0])
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        if isinstance(self.memory, MemoryBudget):
+            self.memory.optimizer = self.optimizer
+        self.free()
+
+    def free(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        self.memory.release_cached()
+
+    def calibrate(self) -> None:
+        """Measure the fixed part and the activations per token on one step at micro-batch 1, then set
+        the quota (and, on a GPU, cap the allocator at it)."""
+        a = self.args
+        if a.cpu:
+            self.memory = MemoryBudget(1 << 62, self.model, self.optimizer)
+            self.memory.__enter__()
+        else:
+            self.memory = CudaMemory(self.device)
+        tokens = self.batch(0)[:1]
+        self.loss_of(tokens).backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        fixed_states = self.memory.allocated()  # weights and AdamW's states
+        baseline = self.memory.begin_micro_step()
+        self.loss_of(tokens).backward()
+        peak, _ = self.memory.peak()
+        per_sample = max(1, peak - baseline)  # one sample's activations and its gradients
+        fixed = fixed_states + (peak - baseline - per_sample) + self._grad_bytes()
+        self.quota = int((fixed + a.samples_at_start * per_sample) / (1 - SAFETY_MARGIN))
+        self.fixed, self.per_sample_at_start = fixed, per_sample
+        self.reset()
+        if a.cpu:
+            self.memory.limit_bytes = self.quota
+        else:
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            torch.cuda.set_per_process_memory_fraction(self.quota / total, self.device)
+
+    def _grad_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.model.parameters())
+
+    # --- the runs ----------------------------------------------------------------------------------------
+
+    def accumulate(self, tokens: torch.Tensor, micro: int) -> None:
+        size = tokens.shape[0]
+        for start in range(0, size, micro):
+            chunk = tokens[start:start + micro]
+            self.memory.begin_micro_step()
+            (self.loss_of(chunk) * (len(chunk) / size)).backward()
+
+    def hinted(self, micro: int, held: int) -> int:
+        """The restart hints' micro-batch after a failure holding `held` bytes (hints/restart.rs)."""
+        target = self.quota * (1 - SAFETY_MARGIN)
+        scale = (target - self.fixed) / max(1.0, held - self.fixed) if held > target else 1.0
+        return self.declared.largest_micro_at_most(max(1, int(micro * min(1.0, scale)))).micro
+
+    def run_static(self, name: str, micro: int, on_oom: Callable[[int], Optional[int]]) -> Result:
+        """A fixed micro-batch; on an OOM `on_oom(micro)` gives the one to retry the same batch at, or None:
+        the process dies and restarts from its checkpoint at the hinted micro-batch."""
+        self.reset()
+        result = Result(name)
+        checkpoint = (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.optimizer.state_dict()), 0)
+        step, started = 0, time.monotonic()
+        while step < self.args.steps:
+            tokens = self.batch(step)
+            try:
+                self.accumulate(tokens, micro)
+                failed = None
+            except torch.cuda.OutOfMemoryError:
+                failed = self.memory.peak()[1]
+            if failed is None:
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                result.samples += tokens.shape[0]
+                step += 1
+                if step % self.args.checkpoint_every == 0:
+                    checkpoint = (copy.deepcopy(self.model.state_dict()),
+                                  copy.deepcopy(self.optimizer.state_dict()), step)
+                continue
+            result.ooms += 1
+            self.free()
+            retry = on_oom(micro)
+            if retry is not None:
+                micro = retry
+                continue
+            # Died: a restart from the checkpoint, with the hints (never the same micro-batch again:
+            # the hints step down at least once after a failure at the limit).
+            if micro == 1:
+                raise SystemExit(f"{name}: micro-batch 1 does not fit the quota; raise --samples-at-start")
+            result.restarts += 1
+            result.lost_steps += step - checkpoint[2]
+            self.model.load_state_dict(checkpoint[0])
+            self.optimizer.load_state_dict(checkpoint[1])
+            step = checkpoint[2]
+            micro = min(self.hinted(micro, failed), self.declared.largest_micro_at_most(micro - 1).micro)
+        result.seconds = time.monotonic() - started
+        result.final_micro = micro
+        return result
+
+    def run_controller(self) -> Result:
+        self.reset()
+        controller = BatchController(self.declared, ControllerConfig(
+            memory_budget(self.quota, margin=SAFETY_MARGIN, context_reserve_bytes=0)), log=lambda line: None)
+        runner = AdaptiveBatchRunner(self.model, self.optimizer, self.loss_of, controller, memory=self.memory)
+        result = Result("this controller")
+        started = time.monotonic()
+        for step in range(self.args.steps):
+            tokens = self.batch(step)
+            runner.step([tokens], seq_len=self.seq_len_at(step))
+            result.samples += tokens.shape[0]
+        result.seconds = time.monotonic() - started
+        result.ooms = sum(1 for d in controller.decisions if d.action == "oom-retry")
+        result.final_micro = controller.geometry.micro
+        return result
+
+    def largest_static_that_fits(self) -> int:
+        """The largest micro-batch whose step at the longest sequences runs within the quota."""
+        longest = max(range(self.args.steps), key=self.seq_len_at)
+        for micro in sorted((m for m in self.declared.micro_batches() if m <= self.declared.micro), reverse=True):
+            self.reset()
+            # One step first, so that AdamW's states exist, as they do from the second step on.
+            self.accumulate(self.batch(0)[:1], 1)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                self.accumulate(self.batch(longest), micro)
+                self.optimizer.step()
+                self.free()
+                return micro
+            except torch.cuda.OutOfMemoryError:
+                self.free()
+        return 1
+
+    def compare(self) -> List[Result]:
+        def dies(micro: int) -> Optional[int]:
+            return None
+
+        def halves(micro: int) -> Optional[int]:
+            return self.declared.largest_micro_at_most(micro // 2).micro if micro > 1 else None
+
+        baseline_micro = self.largest_static_that_fits()
+        return [self.run_static(f"static {baseline_micro} (largest that fits)", baseline_micro, dies),
+                self.run_static(f"static {self.declared.micro} (declared)", self.declared.micro, dies),
+                self.run_static("halving on OOM", self.declared.micro, halves),
+                self.run_controller()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="the CPU and a test budget instead of a CUDA GPU")
+    parser.add_argument("--batch", default="16x4", help="declared MICROxACCUM (16x4)")
+    parser.add_argument("--steps", type=int, default=60, help="optimizer steps (60)")
+    parser.add_argument("--seq-from", type=int, default=512, help="tokens per sample at the start (512)")
+    parser.add_argument("--seq-to", type=int, default=1536, help="tokens per sample from 80 %% of the run on (1536)")
+    parser.add_argument("--width", type=int, default=1024, help="model width (1024)")
+    parser.add_argument("--blocks", type=int, default=8, help="model blocks (8)")
+    parser.add_argument("--samples-at-start", type=float, default=10.0,
+                        help="samples of --seq-from tokens the quota holds beside the fixed part (10)")
+    parser.add_argument("--checkpoint-every", type=int, default=10, help="a static run's checkpoints (10)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args()
+    if not args.cpu and not torch.cuda.is_available():
+        parser.error("no CUDA device: run on a GPU, or pass --cpu for the smoke test")
+    bench = Bench(args)
+    bench.calibrate()
+    results = bench.compare()
+    baseline = results[0]
+    if args.json:
+        print(json.dumps({"device": torch.cuda.get_device_name(bench.device) if not args.cpu else "cpu",
+                          "quota_bytes": bench.quota, "fixed_bytes": bench.fixed,
+                          "results": [{**asdict(r), "relative_throughput": r.throughput() / baseline.throughput()}
+                                      for r in results]}, indent=2))
+        return
+    where = "CPU (test budget)" if args.cpu else torch.cuda.get_device_name(bench.device)
+    print(f"{where}: quota {bench.quota / (1 << 20):.1f} MiB (fixed {bench.fixed / (1 << 20):.1f} MiB), "
+          f"{args.steps} steps, {args.seq_from} -> {args.seq_to} tokens, declared {args.batch}")
+    print(f"{'run':<34} {'lost steps':>10} {'restarts':>8} {'OOMs':>5} {'seconds':>8} {'throughput':>10} {'final':>5}")
+    for r in results:
+        print(f"{r.name:<34} {r.lost_steps:>10} {r.restarts:>8} {r.ooms:>5} {r.seconds:>8.1f} "
+              f"{r.throughput() / baseline.throughput():>10.0%} {r.final_micro:>5}")
+
+
+if __name__ == "__main__":
+    main()
