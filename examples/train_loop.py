@@ -188,23 +188,22 @@ class FakeGpu:
 
 
 def out_of_memory(gpu, args, sample_bytes, step, micro):
-    """The device has no room for this micro-batch's activations: hold the samples that fit (a forward pass
-    allocates as it goes), then fail as PyTorch does, with exit status 1."""
-    fits = max(0, (args.device_limit - args.fixed) // sample_bytes) if sample_bytes else micro
-    held = args.fixed + sample_bytes * min(fits, micro)
-    gpu.use(held)
+    """The device has no room for this micro-batch's activations (it is full, or the driver refuses past
+    a hard limit): a forward pass allocates as it goes, so hold what the device grants in eighths of a
+    sample until the next eighth does not fit, keep it --oom-after seconds, then fail as PyTorch does,
+    with exit status 1. What the process held is what NVML saw at the end: near the limit."""
+    chunk = max(1, sample_bytes // 8)
+    held = args.fixed
+    if not gpu.use(held):
+        held = 0
+    while held and held + chunk <= (args.device_limit or held + chunk) and gpu.use(held + chunk):
+        held += chunk
     time.sleep(args.oom_after)
     gib = 1 << 30
-    print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {sample_bytes / gib:.2f} GiB. "
-          f"GPU 0 has {(args.device_limit - held) / gib:.2f} GiB free; this process has {held / gib:.2f} GiB "
-          f"in use (step {step}, micro-batch {micro})", file=sys.stderr, flush=True)
-    sys.exit(1)
-
-
-def refused(need, step, micro):
-    """The driver refused the allocation (a hard limit): fail as PyTorch does, with exit status 1."""
-    print(f"torch.OutOfMemoryError: CUDA out of memory. The device refused {need / (1 << 30):.2f} GiB in all "
-          f"(step {step}, micro-batch {micro})", file=sys.stderr, flush=True)
+    free = f"GPU 0 has {(args.device_limit - held) / gib:.2f} GiB free; " if args.device_limit else ""
+    print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {chunk / gib:.2f} GiB. "
+          f"{free}this process has {held / gib:.2f} GiB in use (step {step}, micro-batch {micro})",
+          file=sys.stderr, flush=True)
     sys.exit(1)
 
 
@@ -282,7 +281,7 @@ def main():
                 if args.device_limit is not None and need > args.device_limit:
                     out_of_memory(gpu, args, sample_bytes, step, micro)
                 if not gpu.use(need):  # forward and backward: activations held
-                    refused(need, step, micro)
+                    out_of_memory(gpu, args, sample_bytes, step, micro)
                 time.sleep(micro_seconds * 0.7)
                 if args.release_between_steps:
                     gpu.use(args.fixed)  # activations freed back to the device

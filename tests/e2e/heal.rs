@@ -17,8 +17,8 @@ fn policy(requeue_near_oom: bool) -> String {
 }
 
 /// 8G fixed; 512M per sample for three steps, then 1280M (long sequences): micro-batch 8 needs 18G
-/// at step 3, past the 16G the device grants, and fails holding 15.5G (97 % of the 16G quota:
-/// near-OOM). Micro-batch 4 needs 13G.
+/// at step 3, past the 16G the device grants, and fails holding what fits in eighths of a sample
+/// (8G + 51 x 160M = 16352M, 99.8 % of the 16G quota: near-OOM). Micro-batch 4 needs 13G.
 pub(crate) fn oom_script(dir: &Path, example: &str) -> String {
     format!(
         "env | grep '^GPU_MEM_QUOTA_' | sort; python3 {example} --batch 8x8 --fixed 8G --per-sample 512M \
@@ -65,7 +65,7 @@ fn a_job_that_runs_out_of_memory_is_requeued_with_hints_and_finishes_smaller() {
     let log = syslog();
     assert!(
         log.contains(&format!(
-            "job {job}: the batch script failed (exit code 1) after peaking at 15872M"
+            "job {job}: the batch script failed (exit code 1) after peaking at 16352M"
         )) && log.contains("requeued with near-OOM hints (self-healing, requeue 1 of at most 3)"),
         "{log}"
     );
