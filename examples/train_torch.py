@@ -12,11 +12,15 @@ GPU, --simulate-budget SIZE trains on the CPU against gpu_mem_quota.testing.Memo
 torch.cuda.OutOfMemoryError past SIZE as the device would:
 
     python3 examples/train_torch.py --batch 8x1 --steps 40 --simulate-budget 3M
+
+On the dev cluster's fake GPUs, --fake-gpu also shows what the budget's allocator holds as the job's
+GPU memory, so the watchdog measures it (tests/e2e/torch_job.rs).
 """
 
 import argparse
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -26,7 +30,7 @@ from gpu_mem_quota import (BatchController, BatchGeometry, RequeueCheckpoint, St
                            status_file_path)
 from gpu_mem_quota.controller import log_to_stderr
 from gpu_mem_quota.pytorch import AdaptiveBatchRunner, Checkpointed, CudaMemory
-from gpu_mem_quota.testing import MemoryBudget
+from gpu_mem_quota.testing import MemoryBudget, fake_gpu_claim_file
 
 VOCAB = 256
 
@@ -66,8 +70,15 @@ def main() -> None:
     parser.add_argument("--seq-to", type=int, default=192, help="tokens per sample at the end (192)")
     parser.add_argument("--width", type=int, default=64, help="model width (64)")
     parser.add_argument("--blocks", type=int, default=2, help="model blocks (2)")
+    parser.add_argument("--step-seconds", type=float, default=0.0,
+                        help="each optimizer step takes at least this long: a stand-in for a larger model's "
+                             "step time, for the dev cluster (0)")
     parser.add_argument("--simulate-budget", type=parse_size, default=None,
                         help="train on the CPU against a memory budget of this size instead of a GPU")
+    parser.add_argument("--fake-gpu", action="store_true",
+                        help="with --simulate-budget: hold what the budget's allocator reserves on the dev "
+                             "cluster's fake GPU (its claim file under $FAKE_NVML_DIR), where the watchdog "
+                             "measures it as NVML would a real process")
     parser.add_argument("--checkpoint", type=Path,
                         default=Path(os.environ.get("TRAIN_CHECKPOINT_DIR", ".")) / "train-torch.pt",
                         help="where progress survives a requeue ($TRAIN_CHECKPOINT_DIR/train-torch.pt)")
@@ -88,7 +99,8 @@ def main() -> None:
     first_step = state["step"] if state else 0
 
     if args.simulate_budget:
-        memory = MemoryBudget(args.simulate_budget, model, optimizer)
+        memory = MemoryBudget(args.simulate_budget, model, optimizer,
+                              claim_file=fake_gpu_claim_file() if args.fake_gpu else None)
         controller = BatchController.from_environment(args.batch, resumed=state and state["geometry"],
                                                       device_bytes=args.simulate_budget, context_reserve_bytes=0)
     else:
@@ -113,7 +125,9 @@ def main() -> None:
         for step in range(first_step, args.steps):
             seq_len = args.seq_from + (args.seq_to - args.seq_from) * step // max(1, args.steps - 1)
             tokens = torch.randint(0, VOCAB, (args.batch.effective, seq_len + 1), device=device)
+            started = time.monotonic()
             loss = runner.step([tokens], seq_len=seq_len)
+            time.sleep(max(0.0, args.step_seconds - (time.monotonic() - started)))
             if checkpoint.at_step_boundary(lambda: progress(step + 1)):
                 log_to_stderr(f"SIGTERM: saved at step {step + 1}; leaving for the requeue")
                 return

@@ -13,4 +13,5 @@ mod report;
 mod security;
 mod shards;
 mod support;
+mod torch_job;
 mod watchdog;

@@ -5,6 +5,11 @@ later (30 by default), SIGKILL; the watchdog may also send SIGUSR1 with an early
 action would end the process. The handlers here only note the signal: the state is saved at the next
 step boundary, where it is consistent, so a step must be shorter than KillWait for a SIGTERM save to
 make it. The file is written aside and renamed, so a kill mid-save leaves the previous checkpoint.
+
+The batch script must `exec` the training process (or start it with `srun`): Slurm signals every
+process of the batch step, and a shell waiting for its child dies of the SIGTERM at once; the step
+has then ended and Slurm kills what is left of it with SIGKILL, KillWait or not (seen on Slurm 22.05
+with `scontrol requeue` and `scancel`; `tests/e2e/torch_job.rs`).
 """
 
 from __future__ import annotations

@@ -11,12 +11,18 @@ checkpointing really lowers the count: a checkpointed block saves nothing throug
     budget = MemoryBudget(limit_bytes=24 << 20, model=model, optimizer=optimizer)
     with budget:
         runner = AdaptiveBatchRunner(model, optimizer, loss_of, controller, memory=budget)
+
+It keeps what it held at most as a caching allocator does (`reserved`, until `release_cached`), which
+is what NVML shows of a PyTorch process. On the dev cluster's fake GPUs, `claim_file` (see
+`fake_gpu_claim_file`) makes that the process's GPU memory as the watchdog reads it.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
-from typing import Dict, Tuple
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -24,10 +30,22 @@ from torch import nn
 from .telemetry import AllocatorSnapshot
 
 
+def fake_gpu_claim_file(env: Mapping[str, str] = os.environ) -> Path:
+    """This process's claim file on the dev cluster's fake GPUs (tests/fake-nvml/README.md):
+    `$FAKE_NVML_DIR/procs/<first of CUDA_VISIBLE_DEVICES>/<pid>`, which the fake NVML reports as the
+    process's used GPU memory."""
+    root = Path(env.get("FAKE_NVML_DIR", "/var/lib/fake-nvml"))
+    gpu = (env.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    return root / "procs" / gpu / str(os.getpid())
+
+
 class MemoryBudget:
-    def __init__(self, limit_bytes: int, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(self, limit_bytes: int, model: nn.Module, optimizer: torch.optim.Optimizer,
+                 claim_file: Optional[Path] = None) -> None:
         self.limit_bytes = limit_bytes  # may be changed between steps: a neighbour came or left
         self.model, self.optimizer = model, optimizer
+        self.claim_file = claim_file
+        self._reserved = 0
         self.num_ooms = 0
         self._parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self._saved: Dict[int, Tuple["weakref.ref[torch.Tensor]", int]] = {}  # storage -> (tensor, bytes)
@@ -40,6 +58,8 @@ class MemoryBudget:
 
     def __exit__(self, *exc: object) -> None:
         self._hooks.__exit__(*exc)
+        if self.claim_file is not None:
+            self.claim_file.unlink(missing_ok=True)
 
     def fixed_bytes(self) -> int:
         """Parameters, gradients and optimizer state: what stays between micro-steps."""
@@ -59,17 +79,33 @@ class MemoryBudget:
 
     def begin_micro_step(self) -> int:
         self._peak = self.allocated()
+        self._hold(self._peak)
         return self._peak
 
     def peak(self) -> Tuple[int, int]:
+        """This micro-step's peak, allocated and reserved alike: the budget has no fragmentation, and the
+        cache it keeps (`_reserved`) is reused before the device is asked for more."""
         return self._peak, self._peak
 
     def release_cached(self) -> None:
-        """Nothing is cached: what the failed step saved is gone with its graph."""
+        """What the failed step saved is gone with its graph; the cache goes back to the device."""
+        self._reserved = 0
+        self._hold(self.allocated())
 
     def snapshot(self) -> AllocatorSnapshot:
         allocated = self.allocated()
-        return AllocatorSnapshot(allocated, allocated, self._peak, self._peak, 0, self.num_ooms)
+        return AllocatorSnapshot(allocated, max(allocated, self._reserved), self._peak, self._reserved, 0,
+                                 self.num_ooms)
+
+    def _hold(self, nbytes: int) -> None:
+        """The allocator keeps its largest hold (reserved) and shows that on the fake GPU."""
+        if nbytes <= self._reserved:
+            return
+        self._reserved = nbytes
+        if self.claim_file is not None:
+            tmp = self.claim_file.with_name(f"{self.claim_file.name}.tmp")
+            tmp.write_text(f"{nbytes}\n")
+            os.replace(tmp, self.claim_file)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -83,4 +119,5 @@ class MemoryBudget:
                 f"CUDA out of memory (test budget): tried to hold {need} bytes of {self.limit_bytes}")
         self._saved[ptr] = (weakref.ref(tensor), storage.nbytes())
         self._peak = max(self._peak, need)
+        self._hold(need)
         return tensor
