@@ -8,6 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
+use gmq_core::job_telemetry::{AllocatorTelemetry, JobTelemetry, ReportedTask};
 use gmq_core::metrics::{render, GpuMetrics, JobMetrics};
 use gmq_core::record::{EventCounts, EventKind};
 use serde_json::Value;
@@ -41,12 +42,28 @@ fn job(job_id: u32, user: &str, gpus: &[(u64, u64)]) -> JobMetrics {
 
 /// Three jobs on one node: 7 has GPU 0 at 95% of its quota and GPU 1 at 25%; 8 sits at 50%;
 /// 9 is exactly at 90%, which is not over it.
+/// Job 7's task 0 also reports its allocator's telemetry (the job's word).
 fn sample_jobs() -> Vec<JobMetrics> {
-    vec![
-        job(7, "alice", &[(38, 40), (10, 40)]),
-        job(8, "bob", &[(20, 40)]),
-        job(9, "carol", &[(36, 40)]),
-    ]
+    let mut seven = job(7, "alice", &[(38, 40), (10, 40)]);
+    seven.job_reported.push(ReportedTask::new(
+        0,
+        JobTelemetry {
+            job_id: Some(7),
+            pid: 4242,
+            updated_at: 1_796_000_000,
+            allocator: AllocatorTelemetry {
+                allocated_bytes: 30 * GIB,
+                reserved_bytes: 36 * GIB,
+                peak_allocated_bytes: 34 * GIB,
+                peak_reserved_bytes: 37 * GIB,
+                num_alloc_retries: 2,
+                num_ooms: 1,
+                fragmentation: 1667,
+            },
+            controller: None,
+        },
+    ));
+    vec![seven, job(8, "bob", &[(20, 40)]), job(9, "carol", &[(36, 40)])]
 }
 
 /// The samples of the exposition text: (`name`, `{labels}`, value), comments skipped.
