@@ -34,7 +34,7 @@ fn watchdog_pids(job: u32) -> Vec<u32> {
 /// After the job is gone: no watchdog process and no runtime files are left for it.
 pub(crate) fn assert_cleaned_up(job: u32) {
     let dir = runtime_dir().join("jobs").join(job.to_string());
-    let clean = wait_until(Duration::from_secs(10), || {
+    let clean = wait_until(Duration::from_secs(20), || {
         watchdog_pids(job).is_empty() && !dir.exists()
     });
     assert!(
@@ -230,7 +230,8 @@ fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
 }
 
 /// A watchdog the plugin cannot stop at the job's end (its pid file lost: the exit hook has no one
-/// to signal) ends with its job all the same, within seconds: the job's cgroup has no process left.
+/// to signal) ends with its job all the same, within seconds: the job's cgroup has no process left
+/// (for presence::EPILOG_GRACE), and slurmctld says the run is over.
 /// While watching, and while it waits for an NVML that cannot be loaded.
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]

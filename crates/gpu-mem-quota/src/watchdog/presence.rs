@@ -22,6 +22,13 @@ use gmq_node::attribute::{self, JobOnNode};
 /// How often the job's cgroup is looked at: a few directory reads each time.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 
+/// How long a job's steps stay empty before slurmctld is asked whether its run is over. The job
+/// epilog's SIGTERM normally comes within a second or two of the job's last process, and then the
+/// end costs slurmctld nothing: asking at once raced it, and the request it won was the one above
+/// the 5 a job that never acts may cost (issue 23, `slurm/bench-cluster cost`). A watchdog the
+/// signal never reaches (slurmd killed) ends this much later.
+pub const EPILOG_GRACE: Duration = Duration::from_secs(5);
+
 /// How long the next look waits once slurmctld has said twice that a job with empty steps runs
 /// on: its processes were moved out of its steps, and slurmctld is not to be asked every 2 s. (The
 /// first time may be the moment between the job's last process and slurmctld hearing of it.)
@@ -53,6 +60,10 @@ pub struct Presence {
     next_look: Option<Instant>,
     /// How many times slurmctld has said so.
     denials: u32,
+    /// Since when the steps have been seen empty (reset when a process is seen again).
+    empty_since: Option<Instant>,
+    /// [`EPILOG_GRACE`]; zero in some tests.
+    epilog_grace: Duration,
 }
 
 impl Presence {
@@ -75,9 +86,18 @@ impl Presence {
             seen_active: false,
             next_look: None,
             denials: 0,
+            empty_since: None,
+            epilog_grace: EPILOG_GRACE,
         };
         presence.look(Instant::now());
         presence
+    }
+
+    /// Concludes as soon as the steps are empty: for tests of what comes after the grace.
+    #[cfg(test)]
+    fn without_epilog_grace(mut self) -> Presence {
+        self.epilog_grace = Duration::ZERO;
+        self
     }
 
     /// The job's cgroup directory, where known.
@@ -85,14 +105,19 @@ impl Presence {
         self.job_dir.as_deref()
     }
 
-    /// Whether the job may have left this node: seen active before, and no step has a process
-    /// now. Looks at most every [`CHECK_EVERY`] (`now` tells), and not before a hold-off
-    /// ([`Presence::recheck_after`]); in between, `false`.
+    /// Whether the job may have left this node: seen active before, and no step has had a process
+    /// for [`EPILOG_GRACE`]. Looks at most every [`CHECK_EVERY`] (`now` tells), and not before a
+    /// hold-off ([`Presence::recheck_after`]); in between, `false`.
     pub fn job_left(&mut self, now: Instant) -> bool {
         if self.next_look.is_some_and(|next| now < next) {
             return false;
         }
-        self.look(now) == Some(false) && self.seen_active
+        if self.look(now) != Some(false) || !self.seen_active {
+            self.empty_since = None;
+            return false;
+        }
+        let since = *self.empty_since.get_or_insert(now);
+        now.saturating_duration_since(since) >= self.epilog_grace
     }
 
     /// slurmctld says the job runs on although its steps here are empty (or could not say): the
@@ -167,7 +192,7 @@ mod tests {
         let procs = dir.join("step_0/cgroup.procs");
         // v2: the watchdog lives below a step, with the step's task.
         fs::write(&procs, "230\n231\n").unwrap();
-        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230).without_epilog_grace();
         let t0 = Instant::now();
         assert!(!presence.job_left(t0));
         fs::write(&procs, "230\n").unwrap();
@@ -183,7 +208,7 @@ mod tests {
         // The watchdog started before the step's first task was in its cgroup.
         let (_scratch, dir) = job_dir("early");
         fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
-        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230).without_epilog_grace();
         let t0 = Instant::now();
         assert!(!presence.job_left(t0));
         fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
@@ -196,7 +221,7 @@ mod tests {
     fn once_slurmctld_says_the_job_runs_the_next_look_waits() {
         let (_scratch, dir) = job_dir("denied");
         fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
-        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230).without_epilog_grace();
         let t0 = Instant::now();
         fs::write(dir.join("step_0/cgroup.procs"), "").unwrap();
         // The first denial may be slurmctld not knowing yet: looked at again soon.
@@ -215,7 +240,7 @@ mod tests {
     fn empty_steps_end_the_watch_only_when_slurmctld_says_the_run_is_over() {
         let (_scratch, dir) = job_dir("check");
         fs::write(dir.join("step_0/cgroup.procs"), "231\n").unwrap();
-        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230).without_epilog_grace();
         let t0 = Instant::now();
         let never = || -> Result<bool, String> { panic!("slurmctld asked while the job runs here") };
         assert_eq!(presence.check(t0 + CHECK_EVERY, never), Check::Here);
@@ -250,7 +275,7 @@ mod tests {
             uid: 2001,
             sluid: None,
         };
-        let mut presence = Presence::of_job(root, job);
+        let mut presence = Presence::of_job(root, job).without_epilog_grace();
         let t0 = Instant::now();
         assert!(presence.job_dir().is_none() && !presence.job_left(t0));
         let step = root.join("freezer/slurm_vm/uid_2001/job_12/step_extern");
@@ -263,6 +288,27 @@ mod tests {
         );
         fs::write(step.join("cgroup.procs"), "").unwrap();
         assert!(presence.job_left(t0 + 2 * CHECK_EVERY));
+    }
+
+    #[test]
+    fn empty_steps_wait_for_the_epilog_before_slurmctld_is_asked() {
+        let (_scratch, dir) = job_dir("grace");
+        let procs = dir.join("step_0/cgroup.procs");
+        fs::write(&procs, "231\n").unwrap();
+        let mut presence = Presence::in_cgroup(Some(dir.clone()), 230);
+        let t0 = Instant::now();
+        fs::write(&procs, "").unwrap();
+        let never = || -> Result<bool, String> { panic!("slurmctld asked within the epilog's grace") };
+        let t1 = t0 + CHECK_EVERY;
+        assert_eq!(presence.check(t1, never), Check::Here, "first seen empty");
+        assert_eq!(presence.check(t1 + CHECK_EVERY, never), Check::Here);
+        // A process again (a new step): the wait starts over.
+        fs::write(&procs, "232\n").unwrap();
+        assert_eq!(presence.check(t1 + 2 * CHECK_EVERY, never), Check::Here);
+        fs::write(&procs, "").unwrap();
+        let t2 = t1 + 3 * CHECK_EVERY;
+        assert_eq!(presence.check(t2, never), Check::Here);
+        assert_eq!(presence.check(t2 + EPILOG_GRACE, || Ok(false)), Check::Left);
     }
 
     #[test]
