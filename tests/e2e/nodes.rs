@@ -441,3 +441,145 @@ fn a_node_whose_name_is_not_its_host_name_finds_its_shards() {
         "{log:#?}"
     );
 }
+
+/// Every node's GPUs idle: no claim files of earlier jobs, no preemption cooldown in its registry.
+fn fresh_node_gpus(nodes: &[Node]) {
+    for node in nodes {
+        for gpu in std::fs::read_dir(node.fake_nvml_dir().join("procs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for claim in std::fs::read_dir(gpu.path()).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(claim.path());
+            }
+        }
+        let registry = node.runtime_dir().join("registry");
+        for entry in std::fs::read_dir(registry).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with("gpu-") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Preemption on a contended GPU of one node where the victim is a multi-node job: a two-node
+/// chemistry job (rank 0) holds 25G of its 30 shards on each node; a physics job (rank 10) arrives
+/// on the GPU it shares on the first node and takes 48G of its 50, leaving less than the 10G
+/// reserve. The first node's watchdog requeues the whole chemistry job once, as preempted; its other
+/// node, where nothing is contended, does not act; both nodes' tasks of the restart are told so.
+#[test]
+#[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
+fn preemption_on_one_node_requeues_a_multi_node_victim_once() {
+    let Some(nodes) = lab_nodes(2) else { return };
+    fresh_node_gpus(&nodes);
+    let _policy = install_policy(&policy(
+        "\n[preemption]\nenabled = true\nreserve = \"10G\"\ncooldown = \"1m\"\nheartbeat_timeout = \"3s\"\n\n\
+         [preemption.ranks]\naccount = { physics = 10, chemistry = 0 }\n\n[scheduling]\nshard_unit = \"1G\"\n",
+    ));
+    let dir = user_dir("nodes-preempt");
+    // The chemistry job: 25G on each node in run 0 (until it is stopped), 1G for 3 s in run 1.
+    let task = task_script(
+        &dir,
+        &format!(
+            "{CLAIM}; run=${{SLURM_RESTART_COUNT:-0}}; \
+             echo task run=$run node=$SLURMD_NODENAME gpu=$G event=$GPU_MEM_QUOTA_LAST_EVENT quota=$GPU_MEM_QUOTA; \
+             if [ $run = 0 ]; then claim 25G; sleep 120; echo task not-stopped; else claim 1G; sleep 3; fi"
+        ),
+    );
+    let victim = sbatch(
+        &dir,
+        &[
+            "-N2",
+            "--ntasks-per-node=1",
+            "--account=chemistry",
+            "--gres=shard:30",
+            "--open-mode=append",
+        ],
+        &format!("srun {task}"),
+    );
+    let mut cancel = Cancel(vec![victim]);
+    let started = wait_until(Duration::from_secs(60), || {
+        task_lines(&output_of(&dir, victim)).len() == 2
+    });
+    assert!(started, "job {victim}: {}", output_of(&dir, victim));
+    let hosts = admin("scontrol", &["show", "hostnames", &job_field(victim, "NodeList")]);
+    let first_node = hosts.lines().next().unwrap_or_default().trim().to_string();
+    let other_node = hosts.lines().nth(1).unwrap_or_default().trim().to_string();
+    let victim_gpu = task_lines(&output_of(&dir, victim))
+        .iter()
+        .find(|l| value_of(l, "node").as_deref() == Some(first_node.as_str()))
+        .and_then(|l| value_of(l, "gpu"))
+        .unwrap_or_default();
+    // Both watchdogs see 25G before the GPU is contended.
+    std::thread::sleep(Duration::from_secs(3));
+    // The physics job on the same node; the shards left (50 of 80) are on the victim's GPU.
+    let script = "G=${CUDA_VISIBLE_DEVICES%%,*}; f=/var/lib/fake-nvml/procs/$G/$$; trap 'rm -f $f' EXIT; \
+                  echo physics gpu=$G; echo 48G > $f; sleep 150";
+    let physics = sbatch(
+        &dir,
+        &["-w", &first_node, "--account=physics", "--gres=shard:50"],
+        script,
+    );
+    cancel.0.push(physics);
+    let physics_gpu = wait_until(Duration::from_secs(30), || {
+        output_of(&dir, physics).contains("physics gpu=")
+    });
+    assert!(physics_gpu, "job {physics} is {}", job_field(physics, "JobState"));
+    assert!(
+        output_of(&dir, physics).contains(&format!("physics gpu={victim_gpu}\n")),
+        "the jobs do not share a GPU: {} / {}",
+        output_of(&dir, physics),
+        output_of(&dir, victim)
+    );
+    let done = completes(victim);
+    let output = output_of(&dir, victim);
+    let log = watchdog_lines(victim);
+    assert!(
+        done,
+        "job {victim} is {}: {output} {log:#?}",
+        job_field(victim, "JobState")
+    );
+    assert_eq!(
+        job_field(victim, "Restarts"),
+        "1",
+        "job {victim}: {output} {log:#?}"
+    );
+    assert_eq!(
+        job_field(physics, "JobState"),
+        "RUNNING",
+        "the physics job keeps running"
+    );
+    assert_eq!(job_field(physics, "Restarts"), "0");
+    assert!(!output.contains("not-stopped"), "{output}");
+    // One preemption, by the first node's watchdog; the other node's never acted.
+    let preempted: Vec<&String> = log.iter().filter(|l| l.contains("preempted: GPU")).collect();
+    assert_eq!(preempted.len(), 1, "{log:#?}");
+    assert!(
+        preempted[0].ends_with(&format!("(node {first_node})")),
+        "{log:#?}"
+    );
+    let other_acted: Vec<&String> = log
+        .iter()
+        .filter(|l| l.ends_with(&format!("(node {other_node})")))
+        .filter(|l| !l.contains("watching GPU(s)"))
+        .filter(|l| l.contains("preempted") || l.contains("requeued with") || l.contains("cancelled"))
+        .collect();
+    assert!(other_acted.is_empty(), "the other node acted too: {log:#?}");
+    // Both nodes' tasks of the restart are told it was a preemption.
+    let restarted: Vec<String> = task_lines(&output)
+        .into_iter()
+        .filter(|l| value_of(l, "run").as_deref() == Some("1"))
+        .collect();
+    assert_eq!(restarted.len(), 2, "{output}");
+    for line in &restarted {
+        assert_eq!(value_of(line, "event").as_deref(), Some("preempted"), "{line}");
+    }
+    let comment = sacct_comment(victim);
+    assert!(comment.contains("preempted=1"), "{comment}");
+    assert_eq!(
+        comment.matches("preempted=").count(),
+        1,
+        "one node recorded it: {comment}"
+    );
+}
