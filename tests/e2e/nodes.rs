@@ -1,6 +1,7 @@
 //! Multi-node jobs (issue 25), on the multi-node lab (`NODES=3 slurm/dev-cluster test`; slurm/lab-nodes):
 //! a watchdog on each node of the job, the quota on every node, one node over its quota acting
-//! alone for the whole job, the merged record, and a node whose NodeName is not its host name.
+//! alone for the whole job, the merged record, a node whose NodeName is not its host name, and a
+//! node whose slurmd dies under a running job.
 //! On a one-node lab each test says it is skipped and passes.
 
 use std::path::Path;
@@ -439,5 +440,471 @@ fn a_node_whose_name_is_not_its_host_name_finds_its_shards() {
         log.iter()
             .any(|l| l.contains(&named) && l.contains("GPU memory 25G over its 20G quota")),
         "{log:#?}"
+    );
+}
+
+/// Every node's GPUs idle: no claim files of earlier jobs, no preemption cooldown in its registry.
+fn fresh_node_gpus(nodes: &[Node]) {
+    for node in nodes {
+        for gpu in std::fs::read_dir(node.fake_nvml_dir().join("procs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for claim in std::fs::read_dir(gpu.path()).into_iter().flatten().flatten() {
+                let _ = std::fs::remove_file(claim.path());
+            }
+        }
+        let registry = node.runtime_dir().join("registry");
+        for entry in std::fs::read_dir(registry).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with("gpu-") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Preemption on a contended GPU of one node where the victim is a multi-node job: a two-node
+/// chemistry job (rank 0) holds 25G of its 30 shards on each node; a physics job (rank 10) arrives
+/// on the GPU it shares on the first node and takes 48G of its 50, leaving less than the 10G
+/// reserve. The first node's watchdog requeues the whole chemistry job once, as preempted; its other
+/// node, where nothing is contended, does not act; both nodes' tasks of the restart are told so.
+#[test]
+#[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
+fn preemption_on_one_node_requeues_a_multi_node_victim_once() {
+    let Some(nodes) = lab_nodes(2) else { return };
+    fresh_node_gpus(&nodes);
+    let _policy = install_policy(&policy(
+        "\n[preemption]\nenabled = true\nreserve = \"10G\"\ncooldown = \"1m\"\nheartbeat_timeout = \"3s\"\n\n\
+         [preemption.ranks]\naccount = { physics = 10, chemistry = 0 }\n\n[scheduling]\nshard_unit = \"1G\"\n",
+    ));
+    let dir = user_dir("nodes-preempt");
+    // The chemistry job: 25G on each node in run 0 (until it is stopped), 1G for 3 s in run 1.
+    let task = task_script(
+        &dir,
+        &format!(
+            "{CLAIM}; run=${{SLURM_RESTART_COUNT:-0}}; \
+             echo task run=$run node=$SLURMD_NODENAME gpu=$G event=$GPU_MEM_QUOTA_LAST_EVENT quota=$GPU_MEM_QUOTA; \
+             if [ $run = 0 ]; then claim 25G; sleep 120; echo task not-stopped; else claim 1G; sleep 3; fi"
+        ),
+    );
+    let victim = sbatch(
+        &dir,
+        &[
+            "-N2",
+            "--ntasks-per-node=1",
+            "--account=chemistry",
+            "--gres=shard:30",
+            "--open-mode=append",
+        ],
+        &format!("srun {task}"),
+    );
+    let mut cancel = Cancel(vec![victim]);
+    let started = wait_until(Duration::from_secs(60), || {
+        task_lines(&output_of(&dir, victim)).len() == 2
+    });
+    assert!(started, "job {victim}: {}", output_of(&dir, victim));
+    let hosts = admin("scontrol", &["show", "hostnames", &job_field(victim, "NodeList")]);
+    let first_node = hosts.lines().next().unwrap_or_default().trim().to_string();
+    let other_node = hosts.lines().nth(1).unwrap_or_default().trim().to_string();
+    let victim_gpu = task_lines(&output_of(&dir, victim))
+        .iter()
+        .find(|l| value_of(l, "node").as_deref() == Some(first_node.as_str()))
+        .and_then(|l| value_of(l, "gpu"))
+        .unwrap_or_default();
+    // Both watchdogs see 25G before the GPU is contended.
+    std::thread::sleep(Duration::from_secs(3));
+    // The physics job on the same node; the shards left (50 of 80) are on the victim's GPU.
+    let script = "G=${CUDA_VISIBLE_DEVICES%%,*}; f=/var/lib/fake-nvml/procs/$G/$$; trap 'rm -f $f' EXIT; \
+                  echo physics gpu=$G; echo 48G > $f; sleep 150";
+    let physics = sbatch(
+        &dir,
+        &["-w", &first_node, "--account=physics", "--gres=shard:50"],
+        script,
+    );
+    cancel.0.push(physics);
+    let physics_gpu = wait_until(Duration::from_secs(30), || {
+        output_of(&dir, physics).contains("physics gpu=")
+    });
+    assert!(physics_gpu, "job {physics} is {}", job_field(physics, "JobState"));
+    assert!(
+        output_of(&dir, physics).contains(&format!("physics gpu={victim_gpu}\n")),
+        "the jobs do not share a GPU: {} / {}",
+        output_of(&dir, physics),
+        output_of(&dir, victim)
+    );
+    let done = completes(victim);
+    let output = output_of(&dir, victim);
+    let log = watchdog_lines(victim);
+    assert!(
+        done,
+        "job {victim} is {}: {output} {log:#?}",
+        job_field(victim, "JobState")
+    );
+    assert_eq!(
+        job_field(victim, "Restarts"),
+        "1",
+        "job {victim}: {output} {log:#?}"
+    );
+    assert_eq!(
+        job_field(physics, "JobState"),
+        "RUNNING",
+        "the physics job keeps running"
+    );
+    assert_eq!(job_field(physics, "Restarts"), "0");
+    assert!(!output.contains("not-stopped"), "{output}");
+    // One preemption, by the first node's watchdog; the other node's never acted.
+    let preempted: Vec<&String> = log.iter().filter(|l| l.contains("preempted: GPU")).collect();
+    assert_eq!(preempted.len(), 1, "{log:#?}");
+    assert!(
+        preempted[0].ends_with(&format!("(node {first_node})")),
+        "{log:#?}"
+    );
+    let other_acted: Vec<&String> = log
+        .iter()
+        .filter(|l| l.ends_with(&format!("(node {other_node})")))
+        .filter(|l| !l.contains("watching GPU(s)"))
+        .filter(|l| l.contains("preempted") || l.contains("requeued with") || l.contains("cancelled"))
+        .collect();
+    assert!(other_acted.is_empty(), "the other node acted too: {log:#?}");
+    // Both nodes' tasks of the restart are told it was a preemption.
+    let restarted: Vec<String> = task_lines(&output)
+        .into_iter()
+        .filter(|l| value_of(l, "run").as_deref() == Some("1"))
+        .collect();
+    assert_eq!(restarted.len(), 2, "{output}");
+    for line in &restarted {
+        assert_eq!(value_of(line, "event").as_deref(), Some("preempted"), "{line}");
+    }
+    let comment = sacct_comment(victim);
+    assert!(comment.contains("preempted=1"), "{comment}");
+    assert_eq!(
+        comment.matches("preempted=").count(),
+        1,
+        "one node recorded it: {comment}"
+    );
+}
+
+/// Whether a process with `pid` runs (the lab's nodes share this machine's pid namespace).
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The watchdogs of `job` still running, on any node: `(pid, command line)`.
+fn watchdogs_of(job: u32) -> Vec<(u32, String)> {
+    let want = format!("\0watchdog\0--job={job}\0");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+            cmdline.contains(&want).then(|| (pid, cmdline.replace('\0', " ")))
+        })
+        .collect()
+}
+
+/// The slurmstepds of `job` on `node` (by its cgroup namespace: the nodes share this machine's pids).
+fn stepds_of(job: u32, node: &Node) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let id = node
+        .netns
+        .trim_start_matches("gmq")
+        .split('-')
+        .next()
+        .unwrap_or_default();
+    let ns = std::fs::metadata(format!("/run/gmq-lab-{id}/{}.cgroup", node.name))
+        .map(|m| m.ino())
+        .ok();
+    let title = format!("slurmstepd: [{job}.");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            if !String::from_utf8_lossy(&cmdline).starts_with(&title) {
+                return None;
+            }
+            let in_ns = std::fs::metadata(e.path().join("ns/cgroup"))
+                .map(|m| m.ino())
+                .ok();
+            (ns.is_none() || in_ns == ns).then_some(pid)
+        })
+        .collect()
+}
+
+/// A node whose slurmd root killed (SIGKILL, as a crash would): started again and resumed when
+/// dropped (`slurm/dev-cluster node-up`), so that later tests find every node up.
+struct SlurmdKilled {
+    node: Node,
+    up: bool,
+}
+
+impl SlurmdKilled {
+    fn pid_file(node: &Node) -> std::path::PathBuf {
+        lab().join(format!("run/slurmd-{}.pid", node.name))
+    }
+
+    fn pid(node: &Node) -> Option<u32> {
+        let text = std::fs::read_to_string(Self::pid_file(node)).ok()?;
+        text.trim().parse().ok()
+    }
+
+    fn kill(node: &Node) -> SlurmdKilled {
+        let pid = Self::pid(node).unwrap_or_else(|| panic!("node {}: no slurmd pid file", node.name));
+        assert!(alive(pid), "node {}: slurmd {pid} is not running", node.name);
+        run_checked(std::process::Command::new("/usr/bin/kill").args(["-KILL", &pid.to_string()]));
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(pid)),
+            "slurmd {pid} outlived SIGKILL"
+        );
+        SlurmdKilled {
+            node: node.clone(),
+            up: false,
+        }
+    }
+
+    /// Whether the killed slurmd is still down (no slurmd started again on the node).
+    fn still_down(&self) -> bool {
+        !self.up && Self::pid(&self.node).is_none_or(|pid| !alive(pid))
+    }
+
+    /// `slurm/dev-cluster node-up NODE`: its slurmd started again, the node resumed, every node up.
+    fn node_up(&self) -> std::io::Result<std::process::ExitStatus> {
+        std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../slurm/dev-cluster"))
+            .args(["node-up", &self.node.name])
+            .env("GMQ_LAB", lab())
+            .env("NODES", nodes().len().to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .status()
+    }
+
+    fn restore(&mut self) {
+        if self.up {
+            return;
+        }
+        self.up = true;
+        let status = self.node_up();
+        assert!(
+            status.as_ref().is_ok_and(|s| s.success()),
+            "node {}: slurmd could not be started again: {status:?}",
+            self.node.name
+        );
+    }
+}
+
+impl Drop for SlurmdKilled {
+    fn drop(&mut self) {
+        if !self.up {
+            self.up = true;
+            let _ = self.node_up();
+        }
+    }
+}
+
+/// A node's slurmd killed while a two-node job runs (issue 25). slurmctld hears nothing from the
+/// node for SlurmdTimeout (20 s in the lab), marks it DOWN and requeues the job, whose restart runs
+/// on the other two nodes. The dead slurmd's node runs no epilog: its task of the old run holds its
+/// GPU memory and its watchdog watches on. That watchdog sees slurmd go, asks slurmctld about its
+/// run every 10 s, and once the run is requeued stops without acting and kills the old run's task,
+/// while slurmd is still down. No watchdog requeues, holds or cancels anything; the record stays
+/// readable; once slurmd is back nothing of the job is left on any node.
+#[test]
+#[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
+fn a_killed_slurmd_requeues_the_job_and_its_watchdog_ends_the_orphaned_run() {
+    let Some(nodes) = lab_nodes(3) else { return };
+    fresh_node_gpus(&nodes);
+    let _policy = install_policy(&policy(
+        "action = \"requeue\"\nmax_requeues = 1\nescalation = \"cancel\"\n",
+    ));
+    let dir = user_dir("nodes-slurmd");
+    let go = dir.join("go");
+    // Run 0: each task holds 5G of its 20G and waits. Run 1: 1G until the test says go.
+    let task = task_script(
+        &dir,
+        &format!(
+            "{CLAIM}; run=${{SLURM_RESTART_COUNT:-0}}; \
+             echo task run=$run node=$SLURMD_NODENAME pid=$$; \
+             if [ $run = 0 ]; then claim 5G; sleep 300; echo task not-stopped; \
+             else claim 1G; while [ ! -e {} ]; do sleep 0.2; done; fi",
+            go.display()
+        ),
+    );
+    let job = sbatch_two_nodes(&dir, "20G", &task);
+    let _cancel = Cancel(vec![job]);
+    let run0 = |output: &str| -> Vec<String> {
+        task_lines(output)
+            .into_iter()
+            .filter(|l| value_of(l, "run").as_deref() == Some("0"))
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || run0(&output_of(&dir, job)).len() == 2),
+        "job {job}: {}",
+        output_of(&dir, job)
+    );
+    let hosts = admin("scontrol", &["show", "hostnames", &job_field(job, "NodeList")]);
+    let first = hosts.lines().next().unwrap_or_default().trim().to_string();
+    let second = hosts.lines().nth(1).unwrap_or_default().trim().to_string();
+    let old_task: u32 = run0(&output_of(&dir, job))
+        .iter()
+        .find(|l| value_of(l, "node").as_deref() == Some(second.as_str()))
+        .and_then(|l| value_of(l, "pid"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no task of run 0 on {second}: {}", output_of(&dir, job)));
+    let watching = |name: &str| {
+        watchdog_lines(job)
+            .iter()
+            .any(|l| l.contains("watching GPU(s) ") && l.ends_with(&format!("(node {name})")))
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || watching(&first) && watching(&second)),
+        "{:#?}",
+        watchdog_lines(job)
+    );
+    std::thread::sleep(Duration::from_secs(2));
+
+    // Root kills the second node's slurmd, as a crash would.
+    let t0 = std::time::Instant::now();
+    let mut slurmd = SlurmdKilled::kill(node_named(&nodes, &second));
+    let on_second = |needle: &str| {
+        watchdog_lines(job)
+            .iter()
+            .any(|l| l.contains(needle) && l.ends_with(&format!("(node {second})")))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || on_second("slurmd on this node (pid ")),
+        "{:#?}",
+        watchdog_lines(job)
+    );
+    let noticed = t0.elapsed();
+    // slurmctld marks the node down after SlurmdTimeout and requeues the job.
+    let requeued = wait_until(Duration::from_secs(120), || job_field(job, "Restarts") == "1");
+    let requeued_after = t0.elapsed();
+    assert!(
+        requeued,
+        "job {job} is {} (restarts {}), node {second}: {}",
+        job_field(job, "JobState"),
+        job_field(job, "Restarts"),
+        admin("sinfo", &["-h", "-N", "-n", &second, "-o", "%T %E"])
+    );
+    let node_state = admin("sinfo", &["-h", "-N", "-n", &second, "-o", "%T %E"]);
+    // The second node's watchdog ends the old run's task there, slurmd still down.
+    let ended = wait_until(Duration::from_secs(45), || !alive(old_task));
+    let ended_after = t0.elapsed();
+    let log = watchdog_lines(job);
+    assert!(ended, "task {old_task} of run 0 on {second} runs on: {log:#?}");
+    assert!(slurmd.still_down(), "slurmd on {second} came back by itself");
+    assert!(
+        on_second("slurmctld no longer runs this run of the job"),
+        "{log:#?}"
+    );
+    assert!(
+        on_second(&format!(
+            "process {old_task} of the ended run is still in the job's cgroup"
+        )),
+        "{log:#?}"
+    );
+    // The restart runs on the two nodes left.
+    let run1 = |output: &str| -> Vec<String> {
+        task_lines(output)
+            .into_iter()
+            .filter(|l| value_of(l, "run").as_deref() == Some("1"))
+            .collect()
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), || run1(&output_of(&dir, job)).len() == 2),
+        "job {job} is {}: {}",
+        job_field(job, "JobState"),
+        output_of(&dir, job)
+    );
+    assert!(
+        run1(&output_of(&dir, job))
+            .iter()
+            .all(|l| value_of(l, "node").as_deref() != Some(second.as_str())),
+        "{}",
+        output_of(&dir, job)
+    );
+    // slurmd back while the restart runs elsewhere: Slurm ends the old run's steps on the node
+    // (the same job id, "on wrong node") and runs the epilog there; the restart goes on.
+    slurmd.restore();
+    let back_after = t0.elapsed();
+    let on = |node: &Node| stepds_of(job, node);
+    assert!(
+        wait_until(Duration::from_secs(30), || on(node_named(&nodes, &second))
+            .is_empty()),
+        "the old run's steps on {second} outlived slurmd's return: {:?}",
+        on(node_named(&nodes, &second))
+    );
+    assert_eq!(
+        job_field(job, "JobState"),
+        "RUNNING",
+        "the restart was hit by the old run's cleanup"
+    );
+    assert_eq!(job_field(job, "Restarts"), "1");
+    std::fs::write(&go, "").unwrap();
+    let done = completes(job);
+    let output = output_of(&dir, job);
+    let log = watchdog_lines(job);
+    assert!(
+        done,
+        "job {job} is {}: {output} {log:#?}",
+        job_field(job, "JobState")
+    );
+    assert_eq!(job_field(job, "Restarts"), "1", "{output}");
+    assert!(!output.contains("not-stopped"), "{output}");
+    assert_eq!(run1(&output).len(), 2, "{output}");
+    // No watchdog acted on the job.
+    let acted: Vec<&String> = log
+        .iter()
+        .filter(|l| {
+            l.contains("over its")
+                || l.contains("requeued with")
+                || l.contains("cancelled")
+                || l.contains("preempted: ")
+                || l.contains("held")
+        })
+        .collect();
+    assert!(acted.is_empty(), "a watchdog acted: {log:#?}");
+    // The record: one, readable, with both runs.
+    let comment = sacct_comment(job);
+    assert_eq!(comment.matches("gpu-mem-quota:v1{").count(), 1, "{comment}");
+    assert!(
+        comment.contains(&format!("{second}/0:")) && comment.contains(&format!("{first}/1:")),
+        "{comment}"
+    );
+    let report = admin(&binary(), &["report", "-j", &job.to_string()]);
+    assert!(
+        report.contains(&first) && report.contains(&second),
+        "report: {report}"
+    );
+
+    // Nothing of the job is left on any node: no step, no watchdog, no runtime directory.
+    let left = |node: &Node| node.runtime_dir().join(format!("jobs/{job}"));
+    let clean = wait_until(Duration::from_secs(30), || {
+        watchdogs_of(job).is_empty() && nodes.iter().all(|n| !left(n).exists() && on(n).is_empty())
+    });
+    assert!(
+        clean,
+        "left behind: watchdogs {:?}, steps {:?}, runtime dirs {:?}",
+        watchdogs_of(job),
+        nodes.iter().flat_map(on).collect::<Vec<_>>(),
+        nodes.iter().map(left).filter(|d| d.exists()).collect::<Vec<_>>()
+    );
+    let state = admin("sinfo", &["-h", "-N", "-n", &second, "-o", "%T"]);
+    assert!(
+        state.trim() == "idle" || state.trim() == "mixed",
+        "node {second}: {state}"
+    );
+    eprintln!(
+        "job {job}: slurmd on {second} killed; the watchdog saw it after {noticed:?}; requeued after \
+         {requeued_after:?} (node: {}); the old task ended after {ended_after:?}; slurmd back after \
+         {back_after:?}",
+        node_state.trim()
     );
 }

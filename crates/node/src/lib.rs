@@ -9,7 +9,8 @@
 //!    `preempt_registry` (the node's preemption registry), `telemetry` (the job's own allocator
 //!    telemetry, found through its processes and read without trusting where it lives).
 //! 2. **Slurm and the watchdog**: `slurmctl` (Slurm's commands), `slurm_controller` (gmq-core's
-//!    `Controller` over them), `spawn` (the watchdog started from inside slurmstepd).
+//!    `Controller` over them), `spawn` (the watchdog started from inside slurmstepd), `slurmd`
+//!    (the node's slurmd, whose death the watchdog notices).
 //!
 //! The faces live in their own crates: the plugin's FFI edge (`gpu-mem-quota-spank`), which starts
 //! the watchdog through `spawn`, and the binary's commands (`gpu-mem-quota`: the watchdog, report,
@@ -21,6 +22,7 @@ pub mod preempt_registry;
 pub mod runtime;
 pub mod slurm_controller;
 pub mod slurmctl;
+pub mod slurmd;
 pub mod spawn;
 pub mod telemetry;
 pub mod textfile;

@@ -21,7 +21,7 @@ use super::handle::Spank;
 use super::{log, options};
 use gmq_core::admission;
 use gmq_core::config;
-use gmq_core::launch::Params;
+use gmq_core::launch::{self, Params};
 use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
@@ -113,10 +113,19 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
         params.gpus.join(","),
         verdict.note
     ));
-    let env = spawn::clean_environment(
+    let mut env = spawn::clean_environment(
         slurmd_var("SLURM_CONF").as_deref(),
         slurmd_var("SLURMD_NODENAME").as_deref(),
     );
+    // The slurmd running this prolog: should it die while the job runs, no epilog will stop the
+    // watchdog, and the watchdog is to find out for itself (gmq_node::slurmd).
+    if let Some(slurmd) = gmq_node::slurmd::prolog_parent(Path::new(PROC_ROOT)) {
+        env.push(format!(
+            "{}={}",
+            launch::SLURMD_VAR,
+            launch::slurmd_var_value(slurmd.pid, slurmd.start_time)
+        ));
+    }
     // A failure to start the watchdog must not fail the prolog: logged, the job runs unwatched.
     if let Err(e) = spawn::spawn_detached(&args.watchdog, &params.to_args(), &env) {
         log::error(&format!(

@@ -3,13 +3,14 @@
 //!
 //! The job epilog's signal ends the watch on a node; slurmctld is asked only where that may not be
 //! enough (after an action, to see the job leave RUNNING; on a node without a job cgroup to look
-//! at, should the signal never come). A job's cost to slurmctld stays a handful of requests.
+//! at, should the signal never come; on a node whose slurmd has died, which runs no epilog). A
+//! job's cost to slurmctld stays a handful of requests.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::GpuUsage;
-use crate::controller::{ControlError, Controller};
+use crate::controller::{ControlError, Controller, JobState};
 use crate::size::ByteSize;
 
 /// How often a watchdog that has no job cgroup to look at asks slurmctld whether its job still runs.
@@ -24,20 +25,64 @@ pub fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<b
         Err(e) if e.job_gone() => return Ok(false),
         Err(e) => return Err(e),
     };
-    Ok(job.is_running() && run.is_none_or(|r| r == job.restarts))
+    Ok(is_this_run(&job, run))
+}
+
+/// Whether `job`, as slurmctld has it now, is still the run a watchdog watches (`run`: its restart
+/// count, when known): running, and not restarted since. A job requeued for a node failure is
+/// pending, or running again with one more restart, possibly on other nodes; what is left of the
+/// old run on a node whose slurmd died is no longer the job's to act for.
+pub fn is_this_run(job: &JobState, run: Option<u32>) -> bool {
+    job.is_running() && run.is_none_or(|r| r == job.restarts)
+}
+
+/// How often a watchdog whose node's slurmd is gone (and has not come back) asks slurmctld whether
+/// its run goes on, for the first [`SLURMD_GONE_FAST_ANSWERS`] answers. slurmctld notices a dead
+/// slurmd only after `SlurmdTimeout` (300 s by default) and requeues or ends the job then; until
+/// it has, the answer is "running", and the watchdog enforces as before. Once it has, the old
+/// run's tasks here are orphans holding their GPU memory, so the answer is wanted soon.
+pub const SLURMD_GONE_CHECK: Duration = Duration::from_secs(10);
+
+/// How many "still running" answers are asked for at [`SLURMD_GONE_CHECK`]: 10 minutes, twice the
+/// default `SlurmdTimeout`. After them, a node cut off this long is asked about every
+/// [`SLURMD_GONE_SLOW_CHECK`].
+pub const SLURMD_GONE_FAST_ANSWERS: u32 = 60;
+
+/// See [`SLURMD_GONE_FAST_ANSWERS`].
+pub const SLURMD_GONE_SLOW_CHECK: Duration = Duration::from_secs(60);
+
+/// How often a watchdog whose node's slurmd is gone asks slurmctld whether its run goes on, after
+/// slurmctld has said `answered` times that it does. (A slurmd restarted on purpose is found again
+/// before each ask, and ends this: `gmq_node::slurmd::find`.)
+pub fn slurmd_gone_check_every(answered: u32) -> Duration {
+    if answered < SLURMD_GONE_FAST_ANSWERS {
+        SLURMD_GONE_CHECK
+    } else {
+        SLURMD_GONE_SLOW_CHECK
+    }
 }
 
 /// How often to ask slurmctld whether the job still runs; `None`: never, the epilog's signal and
 /// the job's cgroup say when the job is done here. `acted`: the watchdog requeued, held or
 /// cancelled the job, and waits to see it leave RUNNING. `watches_cgroup`: it found the job's
-/// cgroup on this node.
-pub fn slurmctld_check_every(acted: bool, watches_cgroup: bool, interval: Duration) -> Option<Duration> {
+/// cgroup on this node. `slurmd_gone`: the node's slurmd that ran the job prolog has died and none
+/// runs here now (no epilog will come, and the job's tasks here outlive a requeue), with how many
+/// times slurmctld has said since that the run goes on ([`slurmd_gone_check_every`]).
+pub fn slurmctld_check_every(
+    acted: bool,
+    watches_cgroup: bool,
+    slurmd_gone: Option<u32>,
+    interval: Duration,
+) -> Option<Duration> {
+    let without_cgroup = (!watches_cgroup).then_some(CHECK_WITHOUT_CGROUP);
+    let without_slurmd = slurmd_gone.map(slurmd_gone_check_every);
     if acted {
         Some(interval)
-    } else if !watches_cgroup {
-        Some(CHECK_WITHOUT_CGROUP)
     } else {
-        None
+        match (without_cgroup, without_slurmd) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -105,13 +150,61 @@ mod tests {
     #[test]
     fn slurmctld_is_asked_only_where_the_node_cannot_tell() {
         let interval = Duration::from_secs(2);
-        assert_eq!(slurmctld_check_every(false, true, interval), None);
+        assert_eq!(slurmctld_check_every(false, true, None, interval), None);
         assert_eq!(
-            slurmctld_check_every(false, false, interval),
+            slurmctld_check_every(false, false, None, interval),
             Some(CHECK_WITHOUT_CGROUP)
         );
-        assert_eq!(slurmctld_check_every(true, true, interval), Some(interval));
-        assert_eq!(slurmctld_check_every(true, false, interval), Some(interval));
+        assert_eq!(slurmctld_check_every(true, true, None, interval), Some(interval));
+        assert_eq!(slurmctld_check_every(true, false, None, interval), Some(interval));
+        // slurmd gone: asked every 10 s, after 10 minutes every minute.
+        assert_eq!(
+            slurmctld_check_every(false, true, Some(0), interval),
+            Some(SLURMD_GONE_CHECK)
+        );
+        assert_eq!(
+            slurmctld_check_every(false, false, Some(0), interval),
+            Some(SLURMD_GONE_CHECK)
+        );
+        assert_eq!(
+            slurmctld_check_every(false, true, Some(60), interval),
+            Some(SLURMD_GONE_SLOW_CHECK)
+        );
+        assert_eq!(
+            slurmctld_check_every(true, true, Some(0), interval),
+            Some(interval)
+        );
+    }
+
+    #[test]
+    fn without_slurmd_slurmctld_is_asked_every_ten_seconds_then_every_minute() {
+        assert_eq!(slurmd_gone_check_every(0), SLURMD_GONE_CHECK);
+        assert_eq!(slurmd_gone_check_every(59), SLURMD_GONE_CHECK);
+        assert_eq!(slurmd_gone_check_every(60), SLURMD_GONE_SLOW_CHECK);
+        assert_eq!(slurmd_gone_check_every(u32::MAX), SLURMD_GONE_SLOW_CHECK);
+        // The fast asks cover twice the default SlurmdTimeout (300 s).
+        assert!(SLURMD_GONE_CHECK * SLURMD_GONE_FAST_ANSWERS >= Duration::from_secs(600));
+    }
+
+    #[test]
+    fn a_requeued_or_restarted_job_is_not_the_run_watched() {
+        let job = |state, restarts| JobState {
+            state,
+            restarts,
+            requeueable: true,
+            qos: String::new(),
+            partition: String::new(),
+            account: String::new(),
+            priority: 0,
+            node_count: 2,
+        };
+        use crate::slurm_text::JobState as S;
+        assert!(is_this_run(&job(S::Running, 0), Some(0)));
+        assert!(is_this_run(&job(S::Running, 3), None));
+        // Requeued for the node failure: pending, then running again elsewhere.
+        assert!(!is_this_run(&job(S::Pending, 1), Some(0)));
+        assert!(!is_this_run(&job(S::Running, 1), Some(0)));
+        assert!(!is_this_run(&job(S::NodeFail, 0), Some(0)));
     }
 
     #[test]

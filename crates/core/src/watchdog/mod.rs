@@ -478,6 +478,19 @@ impl Watchdog {
             line: format!("cannot read the job from slurmctld ({e}); will try again, the job keeps running"),
             cause: e,
         })?;
+        // A run slurmctld has ended or requeued is no longer this watchdog's to act for: its
+        // tasks may run on here after a node failure (slurmd died, no epilog came), and a
+        // requeue or cancel now would hit the job's next run, which runs elsewhere.
+        if !lifetime::is_this_run(&job, self.run) {
+            let cause = ControlError::JobGone(format!(
+                "slurmctld no longer runs this run of the job: it is {} after {} restart(s)",
+                job.state, job.restarts
+            ));
+            return Err(NotDone {
+                line: cause.to_string(),
+                cause,
+            });
+        }
         let comment = control.admin_comment().map_err(|e| NotDone {
             line: format!("cannot read the job's AdminComment ({e}); will try again, the job keeps running"),
             cause: e,

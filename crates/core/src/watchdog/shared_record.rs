@@ -168,6 +168,33 @@ impl Watchdog {
         }
     }
 
+    /// Puts this node's entry into the AdminComment once more, due or not, where the run ended
+    /// with nobody else on this node to record it: slurmctld requeued or ended the job after this
+    /// node's slurmd died. An earlier write may have been replaced by another node's writing at
+    /// the same moment (each write is read back, but a later writer may still have read the text
+    /// before it), and this node's part of the run would be missing from the job's record. Not
+    /// after an action, which recorded itself first. Says so when it cannot be done.
+    pub fn record_once_more(&mut self, control: &mut dyn Controller, report: &mut dyn Reporter) {
+        let Some(entry) = self.entry.clone().filter(|_| self.acted.is_none()) else {
+            return;
+        };
+        let written = control
+            .admin_comment()
+            .and_then(|comment| record_first(control, &comment, &entry, self.record_shared));
+        let failure = match written {
+            Ok(Recorded::Written) => {
+                self.record_written = Some((Instant::now(), entry));
+                return;
+            }
+            Ok(Recorded::Lost) => "other writers replaced it every time".to_string(),
+            Ok(Recorded::Unreadable) => "the AdminComment cannot be read unambiguously".to_string(),
+            Err(e) => e.to_string(),
+        };
+        report.warning(&format!(
+            "cannot put this node's record of the run into the AdminComment ({failure})"
+        ));
+    }
+
     /// When the entry was last put there, and with which peak.
     fn last_record_write(&self) -> Option<(Instant, u64)> {
         self.record_written

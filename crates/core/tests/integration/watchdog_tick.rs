@@ -307,12 +307,96 @@ fn escalation_and_jobs_that_cannot_be_requeued() {
         admin_comment: earlier,
         ..FakeSlurm::default()
     };
-    let (slurm, _, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    let (slurm, _, _) = run_with(settings(), 3, vec![Ok((50 * G, 0))], slurm, 6);
     assert_eq!(slurm.calls, vec!["comment", "requeue-hold"]);
 
     let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], FakeSlurm::default(), 6);
     assert_eq!(slurm.calls, vec!["comment", "cancel"]);
     assert!(lines.lines.iter().any(|l| l.contains("cannot be requeued")));
+}
+
+#[test]
+fn a_run_slurmctld_has_requeued_is_never_acted_for() {
+    // A node failure: this node's slurmd died, its tasks of run 0 ran on, and slurmctld requeued
+    // the job, whose run 1 runs elsewhere (or waits). Over the quota now, run 0's watchdog must not
+    // requeue, hold or cancel the job: that would be done to run 1.
+    use gmq_core::slurm_text::JobState;
+    for (state, restarts) in [
+        (JobState::Running, 1),
+        (JobState::Pending, 1),
+        (JobState::NodeFail, 0),
+    ] {
+        let slurm = FakeSlurm {
+            requeueable: true,
+            restarts,
+            state: Some(state.clone()),
+            ..FakeSlurm::default()
+        };
+        let (slurm, lines, _) = run_with(settings(), 0, vec![Ok((50 * G, 0))], slurm, 6);
+        assert!(slurm.calls.is_empty(), "{state}: {:?}", slurm.calls);
+        let said = format!(
+            "slurmctld no longer runs this run of the job: it is {state} after {restarts} restart(s)"
+        );
+        assert!(
+            lines
+                .lines
+                .iter()
+                .any(|l| l.contains(&said) && l.contains("the watchdog stops")),
+            "{:?}",
+            lines.lines
+        );
+    }
+}
+
+#[test]
+fn an_orphaned_runs_entry_is_written_once_more_whatever_another_node_wrote() {
+    // Two nodes wrote at the job's start and the other node's write replaced this one's; the peak
+    // never grew, so no later write was due. When the run ends without this node's slurmd, the
+    // watchdog puts its entry back, keeping the other node's and the next run's.
+    let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    watchdog.set_node_count(2);
+    let (mut gpus, mut slurm, mut lines) = (
+        FakeGpus::new(vec![Ok((5 * G, 0))]),
+        FakeSlurm::default(),
+        Lines::default(),
+    );
+    let t0 = Instant::now();
+    for i in 0..3 {
+        watchdog.tick(
+            t0 + Duration::from_secs(i),
+            &mut gpus,
+            &mut ByPid,
+            &mut slurm,
+            &mut lines,
+        );
+        watchdog.keep_record_current(t0 + Duration::from_secs(i), &mut slurm, &mut lines);
+    }
+    assert!(
+        slurm.admin_comment.contains("node2/0:"),
+        "{}",
+        slurm.admin_comment
+    );
+    slurm.admin_comment =
+        "gpu-mem-quota:v1{node1/0:q=40G,g0=5G/00000000;node1/1:q=40G,g0=1G/00000000}".into();
+    slurm.restarts = 1;
+    watchdog.keep_record_current(t0 + Duration::from_secs(4), &mut slurm, &mut lines);
+    assert!(
+        !slurm.admin_comment.contains("node2/0:"),
+        "not due: {}",
+        slurm.admin_comment
+    );
+    watchdog.record_once_more(&mut slurm, &mut lines);
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert_eq!(record.entries().len(), 3, "{}", slurm.admin_comment);
+    for (node, run) in [("node1", 0), ("node1", 1), ("node2", 0)] {
+        assert!(
+            record.entry(node, run).is_some(),
+            "{node}/{run}: {}",
+            slurm.admin_comment
+        );
+    }
+    assert!(lines.lines.is_empty(), "{:?}", lines.lines);
 }
 
 #[test]
@@ -356,7 +440,7 @@ fn an_unreadable_admin_comment_never_buys_a_job_more_requeues() {
         unreadable_comment: Some("ambiguous: `AdminComment=` appears 2 times".into()),
         ..FakeSlurm::default()
     };
-    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], hidden(3), 6);
+    let (slurm, lines, _) = run_with(settings(), 3, vec![Ok((50 * G, 0))], hidden(3), 6);
     assert_eq!(slurm.calls, vec!["requeue-hold"], "{:?}", lines.lines);
     assert!(lines.lines.iter().any(|l| l.starts_with("warning")
         && l.contains("AdminComment cannot be read (ambiguous")
@@ -736,7 +820,7 @@ fn counts_in_a_record_cannot_wrap_the_requeue_count_to_zero() {
         admin_comment: "gpu-mem-quota:v1{zz/0:q=1G,requeued=4294967295,held=1}".into(),
         ..FakeSlurm::default()
     };
-    let (slurm, lines, _) = run(vec![Ok((50 * G, 0))], slurm, 6);
+    let (slurm, lines, _) = run_with(settings(), 3, vec![Ok((50 * G, 0))], slurm, 6);
     assert_eq!(slurm.calls, vec!["comment", "requeue-hold"], "{:?}", lines.lines);
     let previous = gmq_core::hints::previous_run(&slurm.admin_comment).unwrap();
     assert_eq!(previous.restarts, u32::MAX);

@@ -56,7 +56,7 @@ mod identity;
 mod job_cgroup;
 mod leftover;
 mod proc_attributor;
-mod procfs;
+pub(crate) mod procfs;
 mod sluid_job;
 mod step;
 mod stepd;

@@ -28,6 +28,16 @@ pub(crate) fn read_stat(proc_root: &Path, pid: u32) -> Option<ProcStat> {
     (stat.pid == pid).then_some(stat)
 }
 
+/// The process's state (field 3 of `/proc/PID/stat`: `R`, `S`, `Z` for a zombie, ...).
+pub(crate) fn read_state(proc_root: &Path, pid: u32) -> Option<u8> {
+    let bytes = read(proc_root, pid, "stat", u64::MAX)?;
+    let close = bytes.iter().rposition(|&b| b == b')')?;
+    bytes[close + 1..]
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+}
+
 /// The real uid (the first number of the `Uid:` line of `/proc/PID/status`).
 pub(crate) fn read_real_uid(proc_root: &Path, pid: u32) -> Option<u32> {
     parse_real_uid(&read(proc_root, pid, "status", u64::MAX)?)

@@ -5,9 +5,15 @@
 //! Lifetime: it takes the job's lock (a second watchdog for the same job exits at once), records
 //! its pid, and runs until SIGTERM (the job epilog, when the job ends on this node), until the
 //! job's cgroup on this node has no step left (`presence`, every 2 s), or until slurmctld says the
-//! job left RUNNING or was restarted (asked only after an action, or every 5 minutes where there is
-//! no job cgroup to look at: `gmq_core::watchdog::lifetime`). On the way out it removes the job's
-//! runtime directory: no file outlives the job.
+//! job left RUNNING or was restarted (asked only after an action, every 5 minutes where there is
+//! no job cgroup to look at, or every 10 s while the node's slurmd is dead and no epilog can come:
+//! `gmq_core::watchdog::lifetime`). On the way out it removes the job's runtime directory: no file
+//! outlives the job.
+//!
+//! A node whose slurmd died (`gmq_node::slurmd`, looked at every 2 s): the job's tasks here run on
+//! and the watchdog enforces on, until slurmctld requeues or ends the job for the node failure.
+//! Then this run is over with nobody here to end it: the watchdog stops, without acting, and kills
+//! what the run left in the job's cgroups and on its GPUs, as the epilog would have.
 
 mod edges;
 mod outputs;
@@ -15,7 +21,7 @@ mod stop;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::contend::Contender;
 use super::gpu::{NvmlSource, Recording};
@@ -29,17 +35,19 @@ use edges::{
 };
 use gmq_core::admission;
 use gmq_core::config;
-use gmq_core::controller::{ControlError, JobState};
-use gmq_core::launch::Params;
+use gmq_core::controller::{ControlError, Controller, JobState};
+use gmq_core::launch::{self, Params};
 use gmq_core::node_files;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_core::watchdog::gpu::GpuSource;
 use gmq_core::watchdog::hard_limit::{self, InForce, Outcome};
 use gmq_core::watchdog::heal::{self, HealPolicy};
-use gmq_core::watchdog::lifetime::{slurmctld_check_every, still_running, stopping_line, Jitter};
+use gmq_core::watchdog::lifetime::{
+    is_this_run, slurmctld_check_every, slurmd_gone_check_every, still_running, stopping_line, Jitter,
+};
 use gmq_core::watchdog::{Flow, Reporter, Watchdog};
-use gmq_node::attribute::{JobOnNode, ProcAttributor};
+use gmq_node::attribute::{self, JobOnNode, LeftoverOutcome, ProcAttributor, ProcessIdentity};
 use gmq_node::runtime;
 use gmq_node::slurm_controller::SlurmController;
 use gmq_node::telemetry::{TelemetryReader, READ_EVERY};
@@ -49,6 +57,14 @@ use stop::{install_signal_handlers, sleep_or_stop, stop_requested};
 
 pub(super) const PROC_ROOT: &str = "/proc";
 pub(super) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// How often the watchdog looks whether the node's slurmd still runs: one read of its
+/// `/proc/PID/stat`.
+const SLURMD_LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// How long the watchdog waits for the processes it killed of a run orphaned by slurmd's death
+/// to be gone (reaped by their slurmstepd) before it looks at the job's GPUs.
+const ORPHAN_EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// The watchdog, from start to exit, as the README describes it: load the policy, take the job's
 /// lock, read the job's facts from slurmctld, open NVML, join the node registry; then each interval
@@ -96,6 +112,17 @@ struct Daemon {
     /// The job's run here is known to be over: the epilog's signal came, or its cgroup is empty
     /// and slurmctld says so. Only then is what it left on its GPUs dealt with.
     run_over: bool,
+    /// The node's slurmd, as the job prolog named it ([`launch::SLURMD_VAR`]); `None`: not known,
+    /// and not looked at.
+    slurmd: Option<ProcessIdentity>,
+    /// It is gone and none runs here: how many times slurmctld has said since that the run goes on.
+    slurmd_gone: Option<u32>,
+    next_slurmd_look: Instant,
+    /// The run was requeued or ended while the node's slurmd was gone: no epilog will come, and
+    /// what the run left here is the watchdog's to end.
+    orphaned: bool,
+    /// The job's names on this node, for the sweep of its cgroups.
+    on_node: JobOnNode,
 }
 
 impl Daemon {
@@ -112,7 +139,7 @@ impl Daemon {
             uid: params.uid,
             sluid: params.sluid,
         };
-        let mut presence = Presence::of_job(Path::new(CGROUP_ROOT), on_node);
+        let mut presence = Presence::of_job(Path::new(CGROUP_ROOT), on_node.clone());
         sweep_leftovers(&policy, &mut log);
         let mut control = SlurmController::from_env(params.job_id);
         let node = gmq_node::slurmctl::this_node();
@@ -237,6 +264,11 @@ impl Daemon {
             presence,
             telemetry,
             run_over: false,
+            slurmd: slurmd_from_env(),
+            slurmd_gone: None,
+            next_slurmd_look: Instant::now(),
+            orphaned: false,
+            on_node,
         })
     }
 
@@ -265,6 +297,12 @@ impl Daemon {
                 &mut self.reporter,
             );
             if flow == Flow::Stop {
+                // slurmctld has no run of the job for this watchdog any more; with slurmd gone,
+                // nobody else will end what the run left here.
+                if self.slurmd_gone.is_some() {
+                    self.run_over = true;
+                    self.orphaned = true;
+                }
                 break;
             }
             if let Some(contender) = self.contender.as_mut() {
@@ -292,24 +330,35 @@ impl Daemon {
                 );
             }
             // The job epilog ends the watch. slurmctld is asked only where that may not be
-            // enough: after an action (to see the job leave RUNNING), and on a node without a
-            // job cgroup to look at (no cgroup tracking), should the epilog's signal never come.
+            // enough: after an action (to see the job leave RUNNING), on a node without a job
+            // cgroup to look at (no cgroup tracking), should the epilog's signal never come, and
+            // while the node's slurmd is dead, when it cannot come.
+            self.look_at_slurmd();
             let check_every = slurmctld_check_every(
                 self.watchdog.has_acted(),
                 self.presence.job_dir().is_some(),
+                self.slurmd_gone,
                 self.settings.interval,
             );
-            if check_every.is_some_and(|every| last_check.elapsed() >= every) {
+            if check_every.is_some_and(|every| last_check.elapsed() >= every) && !self.slurmd_came_back() {
                 last_check = Instant::now();
-                match still_running(&mut self.control, self.watchdog.run()) {
-                    Ok(false) => {
+                if self.slurmd_gone.is_some() {
+                    if self.orphaned_run() {
                         self.run_over = true;
+                        self.orphaned = true;
                         break;
                     }
-                    Ok(true) => {}
-                    Err(e) => self
-                        .reporter
-                        .warning(&format!("cannot check the job with slurmctld: {e}")),
+                } else {
+                    match still_running(&mut self.control, self.watchdog.run()) {
+                        Ok(false) => {
+                            self.run_over = true;
+                            break;
+                        }
+                        Ok(true) => {}
+                        Err(e) => self
+                            .reporter
+                            .warning(&format!("cannot check the job with slurmctld: {e}")),
+                    }
                 }
             }
             if left_node(
@@ -367,8 +416,116 @@ impl Daemon {
             .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
     }
 
+    /// Whether the slurmd the job prolog named is gone: looked at every [`SLURMD_LOOK_EVERY`];
+    /// said once, when first seen.
+    fn look_at_slurmd(&mut self) {
+        let now = Instant::now();
+        let (Some(slurmd), None) = (&self.slurmd, self.slurmd_gone) else {
+            return;
+        };
+        if now < self.next_slurmd_look {
+            return;
+        }
+        self.next_slurmd_look = now + SLURMD_LOOK_EVERY;
+        if gmq_node::slurmd::alive(Path::new(PROC_ROOT), slurmd) {
+            return;
+        }
+        self.slurmd_gone = Some(0);
+        self.reporter.warning(&format!(
+            "slurmd on this node (pid {}) is gone: no job epilog will end this watch; enforcing on, and \
+             asking slurmctld every {}s whether this run of the job goes on",
+            slurmd.pid,
+            slurmd_gone_check_every(0).as_secs()
+        ));
+    }
+
+    /// While slurmd is gone, before each ask: whether a slurmd runs here again (restarted; it
+    /// runs the job's epilog when the job ends here, and the watch goes on as before).
+    fn slurmd_came_back(&mut self) -> bool {
+        if self.slurmd_gone.is_none() {
+            return false;
+        }
+        let Some(back) = gmq_node::slurmd::find(Path::new(PROC_ROOT)) else {
+            return false;
+        };
+        self.reporter.info(&format!(
+            "slurmd runs on this node again (pid {}): the job epilog ends the watch as before",
+            back.pid
+        ));
+        self.slurmd = Some(back);
+        self.slurmd_gone = None;
+        true
+    }
+
+    /// slurmd is gone: whether slurmctld has requeued or ended this run of the job (one
+    /// single-job request), which nobody here will be told. Says so when it has.
+    fn orphaned_run(&mut self) -> bool {
+        let answered = self.slurmd_gone.unwrap_or(0);
+        let said = match self.control.job() {
+            Ok(job) if is_this_run(&job, self.watchdog.run()) => None,
+            Ok(job) => Some(format!("it is {} after {} restart(s)", job.state, job.restarts)),
+            Err(e) if e.job_gone() => Some(format!("it is gone ({e})")),
+            Err(e) => {
+                // Cut off from slurmctld too: watched on, said at the first ask only.
+                if answered == 0 {
+                    self.reporter
+                        .warning(&format!("cannot check the job with slurmctld: {e}"));
+                }
+                None
+            }
+        };
+        let Some(said) = said else {
+            self.slurmd_gone = Some(answered.saturating_add(1));
+            return false;
+        };
+        self.reporter.warning(&format!(
+            "slurmctld no longer runs this run of the job ({said}) and slurmd on this node is gone: \
+             the watchdog stops without acting, and ends what the run left on this node"
+        ));
+        true
+    }
+
+    /// The run ended while slurmd was gone: the job's processes still in its cgroups here (its
+    /// tasks, which no slurmstepd will signal now) are killed, as the job epilog's sweep kills
+    /// what outlives a job (`kill_leftovers`), one line each.
+    fn end_orphaned_run(&mut self) {
+        let kill = self.settings.kill_leftovers;
+        let found =
+            attribute::sweep_leftovers(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), &self.on_node, kill);
+        let killed: Vec<u32> = found
+            .iter()
+            .filter(|l| l.outcome == LeftoverOutcome::Killed)
+            .map(|l| l.pid)
+            .collect();
+        for leftover in found {
+            let what = format!(
+                "process {} of the ended run is still in the job's cgroup on this node, which its slurmd left",
+                leftover.pid
+            );
+            match leftover.outcome {
+                LeftoverOutcome::Killed => self.reporter.error(&format!("{what}: killed")),
+                LeftoverOutcome::Reported => self
+                    .reporter
+                    .error(&format!("{what} (kill_leftovers = false: left running)")),
+                // Root's: a slurmstepd, which the returning slurmd ends.
+                LeftoverOutcome::NotTheUsers(_) | LeftoverOutcome::Gone => {}
+                LeftoverOutcome::Failed(e) => self.reporter.error(&format!("{what}: cannot kill it: {e}")),
+            }
+        }
+        // Gone before the look at the job's GPUs that follows, which would name them again.
+        let end = Instant::now() + ORPHAN_EXIT_WAIT;
+        let proc_root = Path::new(PROC_ROOT);
+        while Instant::now() < end && killed.iter().any(|pid| proc_root.join(pid.to_string()).exists()) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The run ended here: requeue a batch job that failed near out of memory (`super::heal`).
+    /// Not a run slurmctld requeued or ended for a node failure: it did not fail by itself.
     fn heal(&mut self) {
+        if self.orphaned {
+            return;
+        }
         let policy = HealPolicy {
             enabled: self.settings.requeue_near_oom,
             max_requeues: self.settings.max_requeues,
@@ -420,6 +577,12 @@ impl Daemon {
     fn leave(mut self) {
         self.reporter.info(&stopping_line(self.watchdog.usage()));
         self.clear_hard_limit();
+        if self.orphaned {
+            // This node's part of the run, which no epilog or batch step here will write.
+            self.watchdog
+                .record_once_more(&mut self.control, &mut self.reporter);
+            self.end_orphaned_run();
+        }
         // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
         if let (Some(gpus), true) = (self.gpus.as_mut(), self.run_over || stop_requested()) {
             let job = (self.params.job_id, self.params.uid);
@@ -452,6 +615,13 @@ impl Daemon {
             }
         }
     }
+}
+
+/// The slurmd the job prolog named ([`launch::SLURMD_VAR`]), if it did.
+fn slurmd_from_env() -> Option<ProcessIdentity> {
+    let text = std::env::var(launch::SLURMD_VAR).ok()?;
+    let (pid, start_time) = launch::parse_slurmd_var(&text)?;
+    Some(ProcessIdentity { pid, start_time })
 }
 
 /// The jitter's seed: the clock and the pid, so that watchdogs started in the same instant differ.
