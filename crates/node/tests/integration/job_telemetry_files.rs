@@ -76,6 +76,12 @@ fn failures_with<'a>(reading: &'a Reading, what: &str) -> Vec<&'a String> {
     reading.failures.iter().filter(|f| f.contains(what)).collect()
 }
 
+/// Nothing was read, and the one refusal says `why`.
+fn assert_refused_once(reading: &Reading, why: &str) {
+    assert!(reading.tasks.is_empty(), "{:?}", reading.tasks);
+    assert_eq!(failures_with(reading, why).len(), 1, "{:?}", reading.failures);
+}
+
 #[test]
 fn reads_each_task_in_a_shared_working_directory_once() {
     let world = World::new();
@@ -119,13 +125,7 @@ fn a_symlink_is_never_followed() {
     fs::write(&elsewhere, telemetry(JOB, 100, 30000)).unwrap();
     symlink(&elsewhere, world.work.join(file_name(JOB, 0))).unwrap();
     let reading = world.read(&[100]);
-    assert!(reading.tasks.is_empty());
-    assert_eq!(
-        failures_with(&reading, "not a regular file: not read").len(),
-        1,
-        "{:?}",
-        reading.failures
-    );
+    assert_refused_once(&reading, "not a regular file: not read");
 }
 
 #[test]
@@ -141,13 +141,7 @@ fn a_fifo_is_refused_without_blocking() {
     let reading = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("reading a FIFO blocked");
-    assert!(reading.tasks.is_empty());
-    assert_eq!(
-        failures_with(&reading, "not a regular file: not read").len(),
-        1,
-        "{:?}",
-        reading.failures
-    );
+    assert_refused_once(&reading, "not a regular file: not read");
 }
 
 #[test]
@@ -158,13 +152,7 @@ fn an_oversize_file_is_refused() {
     text.push_str(&" ".repeat(MAX_FILE_BYTES));
     fs::write(world.work.join(file_name(JOB, 0)), text).unwrap();
     let reading = world.read(&[100]);
-    assert!(reading.tasks.is_empty());
-    assert_eq!(
-        failures_with(&reading, "larger than 65536 bytes").len(),
-        1,
-        "{:?}",
-        reading.failures
-    );
+    assert_refused_once(&reading, "larger than 65536 bytes");
 }
 
 #[test]
@@ -181,13 +169,7 @@ fn another_users_file_is_refused() {
         world.uid + 1
     };
     let reading = read_job_telemetry(&world.proc_root, JOB, job_uid, &[100]);
-    assert!(reading.tasks.is_empty());
-    assert_eq!(
-        failures_with(&reading, "owned by uid").len(),
-        1,
-        "{:?}",
-        reading.failures
-    );
+    assert_refused_once(&reading, "owned by uid");
 }
 
 #[test]
