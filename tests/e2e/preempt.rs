@@ -349,10 +349,21 @@ fn user_cgroup_below(job: u32, name: &str) -> Option<PathBuf> {
         .map(|top| top.path().join(format!("uid_{uid}/job_{job}/step_batch")))
         .find(|dir| dir.is_dir())?;
     let dir = step.join(name);
-    as_user("mkdir", &[&dir.display().to_string()], &[])
+    // -p: a directory of that name left below a step of the same job id by an earlier lab run
+    // (job ids start again with every lab) is the user's as much as a new one.
+    as_user("mkdir", &["-p", &dir.display().to_string()], &[])
         .status
         .success()
         .then_some(dir)
+}
+
+/// Removes a cgroup made by [`user_cgroup_below`] once its last process has left: a process killed
+/// with its shell may leave a child behind for a moment (the helper's `sleep`), and a cgroup that
+/// is not removed keeps its job's directory, and so the next lab's job of that id, from going.
+fn remove_user_cgroup(dir: &Path) {
+    wait_until(Duration::from_secs(10), || {
+        std::fs::remove_dir(dir).is_ok() || !dir.exists()
+    });
 }
 
 /// G8: a process of the user taking turns between cgroups they made below two CPU-only jobs of
@@ -412,7 +423,7 @@ fn a_user_moving_a_process_between_their_jobs_cannot_keep_preemption_waiting() {
     }
     let _ = helper.wait();
     for cgroup in [&x, &y] {
-        let _ = std::fs::remove_dir(cgroup);
+        remove_user_cgroup(cgroup);
     }
     assert!(
         requeued,
