@@ -119,7 +119,7 @@ fn a_pytorch_job_under_a_quota_below_its_first_micro_batch_adapts_without_a_requ
     let done = wait_until(Duration::from_secs(180), || {
         !matches!(
             job_field(job, "JobState").as_str(),
-            "PENDING" | "RUNNING" | "CONFIGURING" | ""
+            "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | ""
         )
     });
     let out = output(&dir, job);
