@@ -138,7 +138,9 @@ impl Call {
     }
 }
 
-fn load_devices(paths: &Paths) -> Result<Arc<Devices>, Return> {
+/// The GPUs `devices.toml` describes now (cached): DRIVER_NOT_LOADED when it is missing, UNKNOWN
+/// when it is invalid (reported on stderr once).
+pub fn load_devices(paths: &Paths) -> Result<Arc<Devices>, Return> {
     match DEVICES.load(&paths.dir.join("devices.toml"), parse_devices) {
         Ok(Some(devices)) => Ok(devices),
         Ok(None) => Err(codes::DRIVER_NOT_LOADED), // no devices.toml: as if no driver

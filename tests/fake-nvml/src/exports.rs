@@ -13,7 +13,9 @@ use crate::codes::{self, Return};
 use crate::growth;
 use crate::handle::Handle;
 use crate::limits;
-use crate::model::{claims_of, list_reply, memory_info, phantom_rows, process_rows, ListReply, MemoryV2};
+use crate::model::{
+    self, claims_of, list_reply, memory_info, phantom_rows, process_rows, ListReply, MemoryV2,
+};
 use crate::scenario::{Mig, MAX_MIG_DEVICES};
 
 type Device = *mut c_void;
@@ -403,10 +405,18 @@ fn write_limits(paths: &call::Paths, gpu: usize, text: &str) -> Result<(), Retur
 }
 
 /// Not NVML: the fake's `cudaMalloc`. The calling process asks to hold `bytes` on GPU `index` in
-/// all (what its claim file says afterwards). Under a hard limit of its cgroup (set by
-/// `nvmlDeviceSetMemoryLimits_v1`) a claim that would take the namespace past it is refused with
-/// NVML_ERROR_MEMORY and changes nothing, for this process alone; otherwise the claim file
-/// `procs/<index>/<pid>` is written (aside, then renamed). Needs no nvmlInit.
+/// all (what its claim file says afterwards; its previous claim is replaced, not added to). It is
+/// refused with NVML_ERROR_MEMORY, changing nothing, for this process alone, when it would take
+/// - the GPU past its capacity: what `nvmlDeviceGetMemoryInfo_v2` reports as reserved + used
+///   without the caller's own claim (every other live claim and `extra_used`), plus `bytes`, above
+///   `total` (unless faults.toml says `claims_past_capacity = "granted"`);
+/// - or its cgroup's namespace past a hard limit set by `nvmlDeviceSetMemoryLimits_v1` there.
+///
+/// A claim that does not grow is always granted. Otherwise the claim file `procs/<index>/<pid>` is
+/// written (aside, then renamed). Read, checks and write hold an exclusive flock on the
+/// `procs/<index>` directory, so two processes claiming at once cannot both fit past either bound.
+/// An index that `devices.toml` does not list answers INVALID_ARGUMENT; without a valid
+/// `devices.toml` the capacity is unknown and only the hard limit is checked. Needs no nvmlInit.
 #[no_mangle]
 pub extern "C" fn fakeNvmlClaim(index: c_uint, bytes: u64) -> Return {
     guard(|| {
@@ -416,14 +426,26 @@ pub extern "C" fn fakeNvmlClaim(index: c_uint, bytes: u64) -> Return {
             .and_then(|text| crate::scenario::parse_faults(&text).ok())
             .unwrap_or_default();
         let gpu = index as usize;
+        // Without a (valid) devices.toml the GPU's size is unknown: no capacity check.
+        let memory = match call::load_devices(&paths) {
+            Ok(devices) => Some(devices.gpus.get(gpu).ok_or(codes::INVALID_ARGUMENT)?.memory),
+            Err(_) => None,
+        };
         let pid = std::process::id();
         let procs = paths.dir.join("procs").join(gpu.to_string());
-        if !faults.memory_limits_absent {
+        let _lock = lock_dir(&procs)?;
+        let claims = crate::claims::read_claims(&procs, &paths.proc_root);
+        if let Some(memory) = memory.filter(|_| !faults.claims_past_capacity_granted) {
+            if !model::claim_fits(&memory, &claims, pid, bytes) {
+                return Err(codes::MEMORY);
+            }
+        }
+        let grows = bytes > model::held_by(&claims, pid);
+        if grows && !faults.memory_limits_absent {
             let limits = read_limits(&paths, gpu);
             if let Some(limit) =
                 caller_dirs(&paths, pid).and_then(|me| limits::limit_for(&limits, &me).cloned())
             {
-                let claims = crate::claims::read_claims(&procs, &paths.proc_root);
                 let others = namespace_usage(&paths, &limit, &claims, Some(pid));
                 if !limits::fits(&limit, others, bytes) {
                     return Err(codes::MEMORY);
@@ -435,6 +457,27 @@ pub extern "C" fn fakeNvmlClaim(index: c_uint, bytes: u64) -> Return {
             .and_then(|()| std::fs::rename(&tmp, procs.join(pid.to_string())))
             .map_err(|_| codes::UNKNOWN)
     })
+}
+
+/// An exclusive flock on a GPU's `procs/<index>` directory (shared by all users, mode 1777: no lock
+/// file needed), released when the returned descriptor is dropped. UNKNOWN if it cannot be had
+/// (e.g. no such directory, where the claim could not be written either).
+fn lock_dir(dir: &std::path::Path) -> Result<std::fs::File, Return> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .map_err(|_| codes::UNKNOWN)?;
+    loop {
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(file);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return Err(codes::UNKNOWN);
+        }
+    }
 }
 
 export! {

@@ -50,6 +50,28 @@ pub fn memory_info<'a>(memory: &Memory, claims: impl Iterator<Item = &'a Claim>)
     }
 }
 
+/// What process `pid` holds among `claims` now: its live claim's counted bytes, or 0.
+pub fn held_by(claims: &[Claim], pid: u32) -> u64 {
+    claims
+        .iter()
+        .filter(|claim| claim.pid == pid)
+        .map(Claim::counted_bytes)
+        .sum()
+}
+
+/// Whether process `pid` may hold `bytes` in all on a GPU (or MIG device) with `memory` whose live
+/// claims are `claims`, as a real GPU decides an allocation: what [`memory_info`] reports as
+/// reserved + used without `pid`'s own claim (it is replaced), plus `bytes`, at most `total`, i.e.
+/// `bytes` fits in the `free` that the others leave. A claim that does not grow is always granted,
+/// even on an over-full GPU: giving memory back never fails.
+pub fn claim_fits(memory: &Memory, claims: &[Claim], pid: u32, bytes: u64) -> bool {
+    if bytes <= held_by(claims, pid) {
+        return true;
+    }
+    let others = memory_info(memory, claims.iter().filter(|claim| claim.pid != pid));
+    bytes <= others.free
+}
+
 /// The claims that belong to `mig` (a MIG device index) or, for `None`, to the whole GPU.
 pub fn claims_of(claims: &[Claim], mig: Option<usize>) -> impl Iterator<Item = &Claim> {
     claims
@@ -168,6 +190,77 @@ mod tests {
         let claims = [claim(1, Used::Bytes(u64::MAX), Kind::Compute, None)];
         let info = memory_info(&memory, claims.iter());
         assert_eq!((info.used, info.free, info.reserved), (9 * GIB, 0, GIB));
+    }
+
+    #[test]
+    fn a_claim_fits_in_what_the_others_leave_free() {
+        // 80G, 1G reserved, 2G used by no listed process: 77G free for the processes.
+        let memory = Memory {
+            total: 80 * GIB,
+            reserved: GIB,
+            extra_used: 2 * GIB,
+        };
+        let others = [
+            claim(10, Used::Bytes(30 * GIB), Kind::Compute, None),
+            claim(
+                11,
+                Used::Unavailable { counted: 5 * GIB },
+                Kind::Graphics,
+                Some(1),
+            ),
+        ];
+        // 80 - 1 - 2 - 30 - 5 = 42G left.
+        assert!(claim_fits(&memory, &others, 20, 42 * GIB));
+        assert!(!claim_fits(&memory, &others, 20, 42 * GIB + 1));
+        assert!(claim_fits(&memory, &others, 20, 0));
+        // Without reserved and extra_used counted, 45G would fit.
+        assert!(!claim_fits(&memory, &others, 20, 45 * GIB));
+    }
+
+    #[test]
+    fn the_callers_own_claim_is_replaced_not_added() {
+        let memory = Memory {
+            total: 80 * GIB,
+            reserved: 0,
+            extra_used: 0,
+        };
+        let claims = [
+            claim(10, Used::Bytes(30 * GIB), Kind::Compute, None),
+            claim(20, Used::Bytes(40 * GIB), Kind::Compute, None),
+        ];
+        assert_eq!(held_by(&claims, 20), 40 * GIB);
+        assert_eq!(held_by(&claims, 21), 0);
+        // Process 20 grows from 40G to 50G: 30 + 50 = 80, fits; not 30 + 40 + 50.
+        assert!(claim_fits(&memory, &claims, 20, 50 * GIB));
+        assert!(!claim_fits(&memory, &claims, 20, 50 * GIB + 1));
+        // A new process gets only the 10G left.
+        assert!(claim_fits(&memory, &claims, 21, 10 * GIB));
+        assert!(!claim_fits(&memory, &claims, 21, 10 * GIB + 1));
+    }
+
+    #[test]
+    fn giving_memory_back_never_fails_even_over_full() {
+        // Claim files written directly can over-fill a GPU: 60 + 50 on 80G.
+        let memory = Memory {
+            total: 80 * GIB,
+            reserved: GIB,
+            extra_used: 0,
+        };
+        let claims = [
+            claim(10, Used::Bytes(60 * GIB), Kind::Compute, None),
+            claim(20, Used::Bytes(50 * GIB), Kind::Compute, None),
+        ];
+        assert!(claim_fits(&memory, &claims, 20, 50 * GIB), "stays");
+        assert!(claim_fits(&memory, &claims, 20, 10 * GIB), "shrinks");
+        assert!(claim_fits(&memory, &claims, 20, 0), "frees all");
+        // Growing is refused while the others alone leave only 19G...
+        assert!(!claim_fits(&memory, &claims, 20, 50 * GIB + 1));
+        // ...and the one over-filling it gets nothing more.
+        assert!(!claim_fits(&memory, &claims, 10, 60 * GIB + 1));
+        // Others past the usable memory leave nothing free (used is capped, not negative free).
+        let huge = [claim(10, Used::Bytes(u64::MAX), Kind::Compute, None)];
+        assert!(!claim_fits(&memory, &huge, 20, 1));
+        assert!(claim_fits(&memory, &huge, 20, 0));
     }
 
     #[test]

@@ -122,8 +122,11 @@ pub struct Faults {
     /// Like drivers older than R510: nvmlDeviceGetMemoryInfo_v2 answers FUNCTION_NOT_FOUND.
     pub memory_info_v1_only: bool,
     /// Like drivers older than r615 (no MPS v3 memory partitioning): the memory-limit functions
-    /// answer FUNCTION_NOT_FOUND and `fakeNvmlClaim` enforces nothing.
+    /// answer FUNCTION_NOT_FOUND and `fakeNvmlClaim` enforces no hard limit.
     pub memory_limits_absent: bool,
+    /// `fakeNvmlClaim` grants a claim that takes the GPU past its capacity (default: refused with
+    /// NVML_ERROR_MEMORY, as a real GPU's allocation fails).
+    pub claims_past_capacity_granted: bool,
 }
 
 /// The next `times` calls of `function` fail with `error` (counted in `faults.state`).
@@ -188,6 +191,7 @@ struct FaultsFile {
     procs_grow_between_calls: u32,
     memory_info_version: Option<String>,
     memory_limits: Option<String>,
+    claims_past_capacity: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -387,12 +391,22 @@ pub fn parse_faults(text: &str) -> Result<Faults, String> {
             ))
         }
     };
+    let claims_past_capacity_granted = match file.claims_past_capacity.as_deref() {
+        None | Some("refused") => false,
+        Some("granted") => true,
+        Some(other) => {
+            return Err(format!(
+                "claims_past_capacity = '{other}', expected 'refused' or 'granted'"
+            ))
+        }
+    };
     Ok(Faults {
         init,
         transient,
         procs_grow_between_calls: file.procs_grow_between_calls,
         memory_info_v1_only,
         memory_limits_absent,
+        claims_past_capacity_granted,
     })
 }
 
@@ -547,7 +561,18 @@ mod tests {
                 procs_grow_between_calls: 8,
                 memory_info_v1_only: true,
                 memory_limits_absent: false,
+                claims_past_capacity_granted: false,
             }
+        );
+        assert!(
+            parse_faults("claims_past_capacity = \"granted\"")
+                .unwrap()
+                .claims_past_capacity_granted
+        );
+        assert!(
+            !parse_faults("claims_past_capacity = \"refused\"")
+                .unwrap()
+                .claims_past_capacity_granted
         );
         assert!(
             parse_faults("memory_limits = \"absent\"")
@@ -568,6 +593,7 @@ mod tests {
             ("init = \"NOPE\"", "'NOPE'"),
             ("init = \"SUCCESS\"", "'SUCCESS'"),
             ("memory_info_version = \"v3\"", "'v3'"),
+            ("claims_past_capacity = \"yes\"", "'refused' or 'granted'"),
             ("procs_grow_between_calls = 1000000", "1000000"),
             (
                 "transient = { function = \"nvmlFoo\", error = \"UNKNOWN\" }",

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod capacity;
 mod memory_limits;
 mod nvml_wrapper;
 mod raw_abi;

@@ -130,6 +130,11 @@ fn a_claim_past_the_hard_limit_is_refused_for_the_cgroup_alone() {
     assert_eq!(my_claim(&scenario).trim(), (6 * GIB).to_string());
     assert_eq!(fake.claim(0, 7 * GIB), MEMORY);
     assert_eq!(my_claim(&scenario).trim(), (6 * GIB).to_string());
+    // The other process grows past the limit by writing its file (unchecked): 12G + my 6G. Giving
+    // memory back still works, though 12G + 5G is past the limit too.
+    scenario.claim(0, 4000, "12G\n");
+    assert_eq!(fake.claim(0, 5 * GIB), SUCCESS);
+    assert_eq!(fake.claim(0, 5 * GIB + 1), MEMORY);
     // GPU 1 has no limit for the job.
     scenario.gpu_dir(1);
     assert_eq!(fake.claim(1, 30 * GIB), SUCCESS);
