@@ -9,7 +9,8 @@ It does what a real loop should do under gpu-mem-quota:
     the effective batch exactly;
   * during training, read the status file (GPU_MEM_QUOTA_STATUS_FILE) and shrink the micro-batch when
     the watchdog predicts the quota will be crossed; handle SIGUSR1, which the watchdog may send then;
-  * checkpoint after every optimizer step.
+  * checkpoint after every optimizer step (or every --checkpoint-every steps: a requeue redoes at most
+    that many).
 
 Instead of a GPU it "allocates" memory through the fake NVML of the dev cluster: it writes its usage in
 bytes to $FAKE_NVML_DIR/procs/<gpu>/<pid> (gpu = the first entry of CUDA_VISIBLE_DEVICES), where the
@@ -42,6 +43,19 @@ CHECKPOINTING_TIME = 1.33
 
 def log(message):
     print(f"train_loop: {message}", flush=True)
+
+
+class Progress:
+    """--progress: one JSON line per event (start, step, checkpoint, oom, term, done), appended, so that a
+    benchmark can tell what each run did and what a restart redid. A no-op without the option."""
+
+    def __init__(self, path):
+        self.file = open(path, "a") if path else None
+
+    def __call__(self, event, **fields):
+        if self.file:
+            self.file.write(json.dumps({"t": round(time.time(), 3), "event": event, **fields}) + "\n")
+            self.file.flush()
 
 
 def parse_size(text):
@@ -187,7 +201,7 @@ class FakeGpu:
             pass
 
 
-def out_of_memory(gpu, args, sample_bytes, step, micro):
+def out_of_memory(gpu, args, sample_bytes, step, micro, progress, need):
     """The device has no room for this micro-batch's activations (it is full, or the driver refuses past
     a hard limit): a forward pass allocates as it goes, so hold what the device grants in eighths of a
     sample until the next eighth does not fit, keep it --oom-after seconds, then fail as PyTorch does,
@@ -198,6 +212,7 @@ def out_of_memory(gpu, args, sample_bytes, step, micro):
         held = 0
     while held and held + chunk <= (args.device_limit or held + chunk) and gpu.use(held + chunk):
         held += chunk
+    progress("oom", step=step, asked=need, held=held)
     time.sleep(args.oom_after)
     gib = 1 << 30
     free = f"GPU 0 has {(args.device_limit - held) / gib:.2f} GiB free; " if args.device_limit else ""
@@ -237,10 +252,17 @@ def main():
                              "is kept, as PyTorch's caching allocator does (NVML sees the reserved peak)")
     parser.add_argument("--step-seconds", type=float, default=1.0,
                         help="seconds per optimizer step, whatever the geometry (1.0)")
+    parser.add_argument("--checkpoint-every", type=int, default=1,
+                        help="optimizer steps between checkpoints (1): what a restart may have to redo")
+    parser.add_argument("--progress", default=None,
+                        help="append one JSON line per event to this file (for benchmarks; default: none)")
     parser.add_argument("--checkpoint-dir", default=os.environ.get("TRAIN_CHECKPOINT_DIR"),
                         help="where progress is kept across requeues ($TRAIN_CHECKPOINT_DIR, "
                              "else ./train-checkpoint-$SLURM_JOB_ID)")
     args = parser.parse_args()
+    if args.checkpoint_every < 1:
+        parser.error("--checkpoint-every wants a positive number of steps")
+    progress = Progress(args.progress)
 
     checkpoint_dir = args.checkpoint_dir or f"train-checkpoint-{os.environ.get('SLURM_JOB_ID', 'local')}"
     os.makedirs(checkpoint_dir, exist_ok=True)
@@ -259,13 +281,18 @@ def main():
     per_sample = args.per_sample * (CHECKPOINTING_MEMORY if checkpointing else 1)
     log(f"geometry {micro}x{accum} (effective {micro * accum}, from {source})"
         + (", activation checkpointing on" if checkpointing else ""))
+    progress("start", step=step, micro=micro, restart=env_int("SLURM_RESTART_COUNT") or 0)
 
     status_path = os.environ.get("GPU_MEM_QUOTA_STATUS_FILE")
     # The watchdog may send SIGUSR1 with a warning. Its default action ends the process, so a loop
     # under gpu-mem-quota must handle it; this one reads the status file after every step anyway.
     signal.signal(signal.SIGUSR1, lambda *_: log("SIGUSR1: the watchdog has a warning"))
     # A requeue or scancel sends SIGTERM: leave through `finally`, so the fake GPU memory is freed.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    def terminated(*_):
+        progress("term", step=step)
+        sys.exit(143)
+
+    signal.signal(signal.SIGTERM, terminated)
 
     gpu = FakeGpu(args.fake_nvml_lib)
     applied_warning = None
@@ -276,18 +303,21 @@ def main():
             sample_bytes = per_sample
             if long and args.long_per_sample is not None:
                 sample_bytes = args.long_per_sample * (CHECKPOINTING_MEMORY if checkpointing else 1)
+            need = args.fixed + sample_bytes * micro
             for _ in range(accum):
-                need = args.fixed + sample_bytes * micro
                 if args.device_limit is not None and need > args.device_limit:
-                    out_of_memory(gpu, args, sample_bytes, step, micro)
+                    out_of_memory(gpu, args, sample_bytes, step, micro, progress, need)
                 if not gpu.use(need):  # forward and backward: activations held
-                    out_of_memory(gpu, args, sample_bytes, step, micro)
+                    out_of_memory(gpu, args, sample_bytes, step, micro, progress, need)
                 time.sleep(micro_seconds * 0.7)
                 if args.release_between_steps:
                     gpu.use(args.fixed)  # activations freed back to the device
                 time.sleep(micro_seconds * 0.3)
             step += 1
-            save_checkpoint(checkpoint_path, {"step": step, "micro": micro, "accum": accum})
+            progress("step", step=step, bytes=need)
+            if step % args.checkpoint_every == 0 or step == args.steps:
+                save_checkpoint(checkpoint_path, {"step": step, "micro": micro, "accum": accum})
+                progress("checkpoint", step=step)
 
             # Between optimizer steps, the one place where the geometry may change.
             warning = early_warning(read_status(status_path))
@@ -299,6 +329,7 @@ def main():
                         f"micro-batch {micro} -> {new_micro}")
                     micro, accum = new_micro, micro * accum // new_micro
         log(f"done: {step} steps at {micro}x{accum}")
+        progress("done", step=step)
     finally:
         gpu.release()
 
