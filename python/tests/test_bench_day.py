@@ -1,0 +1,101 @@
+"""slurm/bench-day's pure half: the seeded workload and how the runs are read and counted (the cluster
+half runs in `slurm/dev-cluster test`, as the day benchmark's smoke test)."""
+
+import importlib.machinery
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "slurm" / "bench-day"
+loader = importlib.machinery.SourceFileLoader("bench_day", str(SCRIPT))
+spec = importlib.util.spec_from_loader("bench_day", loader)
+day = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up
+loader.exec_module(day)
+
+GIB = 1 << 30
+
+
+def test_the_workload_is_the_same_for_a_seed_and_differs_between_seeds():
+    assert day.workload(1, 120) == day.workload(1, 120)
+    assert day.workload(1, 120) != day.workload(2, 120)
+    assert day.workload(1, 12) == day.workload(1, 120)[:12]  # a smoke test replays the day's first jobs
+
+
+def test_the_workload_has_every_class_and_growers_within_reason():
+    jobs = day.workload(1, 120)
+    kinds = {kind: [j for j in jobs if j.kind == kind] for kind in ("train", "infer", "sweep")}
+    assert all(kinds.values())
+    assert all(j.qos == "high" for j in kinds["infer"]) and all(j.qos == "scavenger" for j in kinds["sweep"])
+    assert {j.user for j in jobs} == set(day.USERS)
+    for job in jobs:
+        declared = job.declared_gib * GIB
+        at_declared = (job.fixed_mib + job.per_sample_mib * job.micro) << 20
+        assert 0.9 * declared <= at_declared <= 0.95 * declared, job  # users size their quota with little to spare
+        if job.grows_past:
+            assert job.peak_bytes() > 1.2 * declared, job
+            # Half the micro-batch fits again: what the restart hints lead to.
+            assert job.peak_bytes(job.micro // 2 or 1) <= declared or job.micro == 1, job
+    assert 0.15 <= sum(j.grows_past for j in jobs) / len(jobs) <= 0.3  # 0.45 x 30 % + 0.3 x 20 %
+    assert all(a.arrival <= b.arrival for a, b in zip(jobs, jobs[1:]))
+
+
+def test_each_configuration_asks_slurm_for_what_it_says():
+    job = next(j for j in day.workload(1, 40) if j.kind == "sweep")
+    assert f"--gres=shard:{day.NO_QUOTA_SLOT}" in day.sbatch_options("no-quota", job)
+    assert f"--gres=shard:{job.declared_gib}" in day.sbatch_options("shards", job)
+    assert "--gres=gpu:1" in day.sbatch_options("whole-gpu", job)
+    ours = day.sbatch_options("gpu-mem-quota", job)
+    assert f"--gpu-mem-quota={job.declared_gib}G" in ours and "--gpu-mem-preemptible" in ours
+    assert not any(o.startswith("--gres") for o in ours)  # job_submit.lua makes the shards
+
+
+def progress(*events):
+    return [json.dumps({"t": 0, "event": kind, **fields}) for kind, fields in events]
+
+
+def test_runs_are_read_from_the_progress_lines_and_classified():
+    lines = progress(
+        ("start", {"step": 0, "restart": 0}), ("step", {"step": 1, "bytes": 10 * GIB}),
+        ("checkpoint", {"step": 1}), ("step", {"step": 2, "bytes": 10 * GIB}),
+        ("oom", {"step": 2, "asked": 13 * GIB, "held": 12 * GIB}),
+        ("start", {"step": 1, "restart": 1}), ("step", {"step": 2, "bytes": 9 * GIB}),
+        ("oom", {"step": 2, "asked": 9 * GIB, "held": 1 * GIB}),
+        ("start", {"step": 2, "restart": 2}), ("step", {"step": 3, "bytes": 9 * GIB}), ("done", {"step": 3}))
+    lines.insert(3, "not json")
+    runs = day.runs_of(lines)
+    assert [(r.restart, r.start_step, r.last_step, r.ended) for r in runs] == [
+        (0, 0, 2, "oom"), (1, 1, 2, "oom"), (2, 2, 3, "done")]
+    declared = 12 * GIB
+    assert [day.run_end(r, declared, set(), False) for r in runs] == ["oom-own", "killed-by-neighbour", "completed"]
+    assert day.run_end(day.Run(0, 0, 5, 4, "term"), declared, {"preempted"}, False) == "preempted"
+    assert day.run_end(day.Run(0, 0, 5, 4, "term"), declared, {"warn", "over_quota"}, False) == "requeued-over-quota"
+    assert day.run_end(day.Run(0, 0, 5, 4, "term"), declared, set(), True) == "cancelled-at-cap"
+    assert day.run_end(day.Run(0, 0, 5, 4, "lost"), declared, set(), False) == "lost"
+
+
+def test_the_figures_count_what_the_runs_did():
+    jobs = day.workload(1, 3)
+    high = day.JobSpec("infer-x", "infer", "gmq-bo", "chemistry", "high", 10, 1, 1, 9216, 400, 10, 0.0, False)
+    runs = [day.Run(0, 0, 6, 4, "oom", asked=high.declared_gib * GIB), day.Run(1, 4, 10, 10, "done")]
+    outcomes = [
+        day.JobOutcome(high, "1", "COMPLETED", runs, ["killed-by-neighbour", "completed"], ["OOM, self-healed"]),
+        day.JobOutcome(jobs[0], "2", "FAILED", [day.Run(0, 0, 3, 0, "oom", asked=1)], ["killed-by-neighbour"]),
+    ]
+    samples = [{"used": 0.5, "reserved": 0.75, "waiting": 1}, {"used": 1.0, "reserved": 1.0, "waiting": 1},
+               {"used": 0.1, "reserved": 0.1, "waiting": 0}]
+    row = day.figures("shards", outcomes, samples, 1800.0, False)
+    assert row["killed_by_neighbour"] == 2
+    assert (row["high_priority_jobs"], row["high_priority_interrupted"]) == (1, 1)
+    assert row["requeue_causes"] == {"OOM, self-healed": 1}
+    assert (row["completed"], row["completed_per_hour"]) == (1, 2.0)
+    assert (row["used_over_capacity_while_waiting"], row["reserved_over_capacity_while_waiting"]) == (0.75, 0.875)
+    assert (row["steps_redone"], row["steps_redone_max_per_restart"], row["steps_of_jobs_not_completed"]) == (2, 2, 3)
+
+
+def test_reserved_memory_is_read_from_squeue_in_every_release_spelling():
+    assert day.reserved_bytes("gres:shard:20") == 20 * GIB
+    assert day.reserved_bytes("gres/shard:12") == 12 * GIB
+    assert day.reserved_bytes("gres:gpu:fake:1") == 80 * GIB
+    assert day.reserved_bytes("gres/gpu:1,gres/shard:2") == 82 * GIB
+    assert day.reserved_bytes("N/A") == 0
