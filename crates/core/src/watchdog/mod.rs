@@ -105,6 +105,9 @@ pub struct Watchdog {
     /// next write is due; the plugin's final write is needed only when the entry has changed since,
     /// [`Watchdog::unrecorded_text`]).
     record_written: Option<(Instant, record::Entry)>,
+    /// When to look for that write once more (a multi-node job's: another node's write from an
+    /// older read may replace it after it was read back).
+    record_confirm_at: Option<Instant>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
     /// After a failed AdminComment update: how many in a row, and when the next may be tried
@@ -150,6 +153,7 @@ impl Watchdog {
             job_pids: Vec::new(),
             record_shared: false,
             record_written: None,
+            record_confirm_at: None,
             record_failure_logged: false,
             record_failures: 0,
             record_retry_at: None,

@@ -28,6 +28,13 @@ pub(crate) fn retry_after(failures: u32) -> Duration {
 }
 const RECORD_GROWTH_PERCENT: u64 = 10;
 
+/// How long after a write to a shared AdminComment its entry is looked for once more. Another
+/// node that read the text before our write and wrote its merge after our read-back has replaced
+/// our entry, and nothing else would put it back until our peak grew again. Such a write comes
+/// within one read-merge-write of the other node (two `scontrol` calls, seconds at most with a
+/// slurmctld that answers); 15 s is past that, and one read more per write is all it costs.
+const RECORD_SETTLE: Duration = Duration::from_secs(15);
+
 /// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
 /// a requeue starts the next run.
 pub fn count_action(entry: &mut record::Entry, cause: EventKind, action: Action, at: u64) {
@@ -117,8 +124,9 @@ impl Watchdog {
     /// job is completing, which is already so when the batch script of a cancelled job ends, and
     /// always so when the other nodes of a multi-node job learn that it ended. Other nodes merge
     /// into the same text at about the same time, so their writes are read back and repeated
-    /// ([`record_entry`]), and tried again at the next sample if they still lost. Never acts on
-    /// the job; a failure is logged once.
+    /// ([`record_entry`]), tried again soon if they still lost, and looked for once more
+    /// [`RECORD_SETTLE`] after they were kept, since a slower node's merge may still replace them.
+    /// Never acts on the job; a failure is logged once.
     pub fn keep_record_current(
         &mut self,
         now: Instant,
@@ -131,19 +139,33 @@ impl Watchdog {
         if self.record_retry_at.is_some_and(|at| now < at) {
             return;
         }
+        let confirming = self.record_confirm_at.is_some_and(|at| now >= at);
         // Cloned only when due: this runs every sample.
         let entry = match &self.entry {
-            Some(entry) if record_due(self.last_record_write(), now, entry.peak()) => entry.clone(),
+            Some(entry) if confirming || record_due(self.last_record_write(), now, entry.peak()) => {
+                entry.clone()
+            }
             _ => return,
         };
-        let written = control
-            .admin_comment()
-            .and_then(|comment| record_first(control, &comment, &entry, self.record_shared));
+        let comment = control.admin_comment();
+        if confirming {
+            self.record_confirm_at = None;
+            let written = self.record_written.as_ref().map(|(_, entry)| entry);
+            if let (Ok(AdminComment::Read(text)), Some(written)) = (&comment, written) {
+                if record::is_recorded(text, written) {
+                    return;
+                }
+            }
+        }
+        let written = comment.and_then(|comment| record_first(control, &comment, &entry, self.record_shared));
         let failure = match written {
             Ok(Recorded::Written) => {
                 self.record_written = Some((now, entry));
                 self.record_failures = 0;
                 self.record_retry_at = None;
+                if self.record_shared {
+                    self.record_confirm_at = Some(now + RECORD_SETTLE);
+                }
                 return;
             }
             // Other nodes' writes won every time: again soon, but not at every sample.

@@ -704,6 +704,28 @@ fn a_record_lost_to_another_nodes_write_is_written_again() {
 }
 
 #[test]
+fn a_record_replaced_after_it_was_read_back_is_written_again() {
+    // Node 1 reads the text, node 2 writes and reads its entry back, node 1 writes its merge of
+    // the older text: node 2's entry is gone, and its peak never grows again to bring it back.
+    let slurm = FakeSlurm {
+        admin_comment: "site:keep-me".into(),
+        stale_write_at_read: Some((3, "site:keep-me".into())),
+        ..FakeSlurm::default()
+    };
+    let (slurm, lines) = run_recording(|_| 10 * G, 60, slurm, true);
+    // Written at 0 s and read back; looked for at 15 s (gone), written again and read back;
+    // looked for at 30 s (there): then nothing more.
+    assert_eq!(slurm.calls, ["comment"; 2], "{:?}", lines.lines);
+    assert_eq!(slurm.comment_reads, 5, "{:?}", lines.lines);
+    assert_eq!(recorded_peak(&slurm.admin_comment), 10 * G);
+    assert!(lines.lines.is_empty(), "{:?}", lines.lines);
+
+    // A single-node job has no other writer: no look afterwards.
+    let (slurm, _) = run_recording(|_| 10 * G, 60, FakeSlurm::default(), false);
+    assert_eq!((slurm.calls.len(), slurm.comment_reads), (1, 1));
+}
+
+#[test]
 fn a_record_lost_to_another_nodes_write_is_written_again_before_acting_too() {
     let slurm = FakeSlurm {
         requeueable: true,

@@ -26,6 +26,9 @@ pub(crate) struct FakeSlurm {
     pub fail_comment_writes: u32,
     /// Writes that another node's write replaces right after (a lost read-merge-write race).
     pub lost_comment_writes: u32,
+    /// Another node's write from an older read, landing after ours was read back: at this read of
+    /// the AdminComment (1 = the first), the text has become this.
+    pub stale_write_at_read: Option<(u32, String)>,
     /// What `ending` answers, one per call (the last one stays); empty: no state printed.
     pub endings: Vec<slurmctl::JobEnd>,
     pub calls: Vec<String>,
@@ -64,6 +67,11 @@ impl Controller for FakeSlurm {
 
     fn admin_comment(&mut self) -> Result<AdminComment, ControlError> {
         self.comment_reads += 1;
+        if let Some((at, text)) = &self.stale_write_at_read {
+            if *at == self.comment_reads {
+                self.admin_comment = text.clone();
+            }
+        }
         Ok(match &self.unreadable_comment {
             Some(why) => AdminComment::Unreadable(why.clone()),
             None => AdminComment::Read(self.admin_comment.clone()),
