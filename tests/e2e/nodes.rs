@@ -847,6 +847,20 @@ fn a_killed_slurmd_requeues_the_job_and_its_watchdog_ends_the_orphaned_run() {
         "the restart was hit by the old run's cleanup"
     );
     assert_eq!(job_field(job, "Restarts"), "1");
+    // The restart's entries in the record before it ends: the two nodes write at about the same
+    // time, and an entry another node's merge replaced is put back only 15 s later
+    // (docs/ACCOUNTING.md); a run shorter than that may end without it.
+    let restart = admin("scontrol", &["show", "hostnames", &job_field(job, "NodeList")]);
+    assert!(
+        wait_until(Duration::from_secs(40), || {
+            let text = admin_comment(job);
+            restart
+                .lines()
+                .all(|node| text.contains(&format!("{}/1:", node.trim())))
+        }),
+        "the restart on {restart:?} is not in the record: {}",
+        admin_comment(job)
+    );
     std::fs::write(&go, "").unwrap();
     let done = completes(job);
     let output = output_of(&dir, job);

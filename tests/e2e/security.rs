@@ -48,33 +48,6 @@ fn sacct_field(job: u32, field: &str) -> String {
     .to_string()
 }
 
-/// The job's AdminComment as slurmctld has it, while it knows the job (running, or ended within
-/// MinJobAge): squeue's column, asked last and alone, which no user text can pose as. Accounting
-/// (`sacct_field`) has it only once the job has ended.
-fn admin_comment(job: u32) -> String {
-    let out = admin(
-        "squeue",
-        &[
-            "--noheader",
-            "--states=all",
-            &format!("--jobs={job}"),
-            "--Format=JobID:|,admin_comment:|",
-        ],
-    );
-    let line = out
-        .lines()
-        .find(|l| l.starts_with(&format!("{job}|")))
-        .unwrap_or_default();
-    let text = line
-        .split_once('|')
-        .map_or("", |(_, rest)| rest.strip_suffix('|').unwrap_or(rest));
-    if text == "(null)" {
-        String::new()
-    } else {
-        text.to_string()
-    }
-}
-
 fn state(job: u32) -> String {
     job_field(job, "JobState")
 }

@@ -6,7 +6,7 @@
 //! through `chroot ROOT` ([`lab_command`]). The lab directory, /home, /proc, /sys and /dev are the same
 //! inside and out; the fake GPUs are the lab's own ([`fake_nvml_dir`]).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -37,21 +37,27 @@ pub fn slurm_root() -> Option<PathBuf> {
 /// `program` as the lab's Slurm would run it: inside its root where it has one; in the network
 /// namespace of slurmctld on a multi-node lab (whose nodes and controller have addresses only there).
 pub fn lab_command(program: impl AsRef<OsStr>) -> Command {
+    let mut words: Vec<OsString> = Vec::new();
     if let Some(netns) = login_netns() {
-        let mut cmd = Command::new("/usr/bin/nsenter");
-        cmd.arg(format!("--net={}", netns.display()))
-            .arg("--")
-            .arg(program);
-        return cmd;
+        words.extend([
+            "/usr/bin/nsenter".into(),
+            format!("--net={}", netns.display()).into(),
+            "--".into(),
+        ]);
     }
-    match slurm_root() {
-        Some(root) => {
-            let mut cmd = Command::new("chroot");
-            cmd.arg(root).arg(program);
-            cmd
-        }
-        None => Command::new(program),
+    launch(words, program)
+}
+
+/// `words` (entering namespaces, or nothing) going on with `program`, chrooted into the lab's Slurm
+/// root where it has one, with the lab's SLURM_CONF.
+fn launch(mut words: Vec<OsString>, program: impl AsRef<OsStr>) -> Command {
+    if let Some(root) = slurm_root() {
+        words.extend(["/usr/sbin/chroot".into(), root.into_os_string()]);
     }
+    words.push(program.as_ref().into());
+    let mut cmd = Command::new(&words[0]);
+    cmd.args(&words[1..]).env("SLURM_CONF", slurm_conf());
+    cmd
 }
 
 /// The controller's network namespace of a multi-node lab (`etc/login-netns`), where the tools run.
@@ -106,18 +112,19 @@ impl Node {
         self.dir().join("gmq/metrics")
     }
 
-    /// `program` run by root in the node's namespaces (network, mount, UTS, cgroup): as on the node.
+    /// `program` run by root in the node's namespaces (network, mount, UTS, cgroup), in the lab's
+    /// Slurm root where it has one: as on the node.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
-        let ns = lab_ns_dir();
-        let mut cmd = Command::new("/usr/bin/nsenter");
-        cmd.arg(format!("--net=/run/netns/{}", self.netns))
-            .arg(format!("--mount={}/{}.mnt", ns.display(), self.name))
-            .arg(format!("--uts={}/{}.uts", ns.display(), self.name))
-            .arg(format!("--cgroup={}/{}.cgroup", ns.display(), self.name))
-            .arg("--")
-            .arg(program)
-            .env("SLURM_CONF", slurm_conf());
-        cmd
+        let ns = lab_ns_dir().display().to_string();
+        let words = [
+            "/usr/bin/nsenter".to_string(),
+            format!("--net=/run/netns/{}", self.netns),
+            format!("--mount={ns}/{}.mnt", self.name),
+            format!("--uts={ns}/{}.uts", self.name),
+            format!("--cgroup={ns}/{}.cgroup", self.name),
+            "--".to_string(),
+        ];
+        launch(words.map(OsString::from).to_vec(), program)
     }
 }
 
@@ -235,7 +242,7 @@ pub fn run_checked(cmd: &mut Command) -> String {
 
 /// Runs a Slurm admin command (as root) against the lab.
 pub fn admin(program: &str, args: &[&str]) -> String {
-    run_checked(lab_command(program).args(args).env("SLURM_CONF", slurm_conf()))
+    run_checked(lab_command(program).args(args))
 }
 
 pub struct Job {
@@ -428,6 +435,33 @@ impl Drop for PolicyGuard {
 
 /// A policy with no caps and no default: the plugin only carries what users ask for.
 pub const OPEN_POLICY: &str = "[defaults]\ndefault = \"none\"\n";
+
+/// The job's AdminComment as slurmctld has it, while it knows the job (running, or ended within
+/// MinJobAge): squeue's column, asked last and alone, which no user text can pose as. Accounting
+/// (`sacct`) has it only once the job has ended.
+pub fn admin_comment(job: u32) -> String {
+    let out = admin(
+        "squeue",
+        &[
+            "--noheader",
+            "--states=all",
+            &format!("--jobs={job}"),
+            "--Format=JobID:|,admin_comment:|",
+        ],
+    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{job}|")))
+        .unwrap_or_default();
+    let text = line
+        .split_once('|')
+        .map_or("", |(_, rest)| rest.strip_suffix('|').unwrap_or(rest));
+    if text == "(null)" {
+        String::new()
+    } else {
+        text.to_string()
+    }
+}
 
 /// One field of `scontrol show job -o` (`JobState`, `Restarts`, `AdminComment`, ...).
 pub fn job_field(job: u32, key: &str) -> String {
