@@ -248,7 +248,7 @@ fn a_two_node_job_has_a_watchdog_and_its_quota_on_each_node() {
 #[test]
 #[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
 fn over_the_quota_on_the_second_node_requeues_the_job_once() {
-    let Some(_nodes) = lab_nodes(2) else { return };
+    let Some(nodes) = lab_nodes(2) else { return };
     let _policy = install_policy(&policy(
         "action = \"requeue\"\nmax_requeues = 1\nescalation = \"cancel\"\n",
     ));
@@ -264,6 +264,7 @@ fn over_the_quota_on_the_second_node_requeues_the_job_once() {
              if [ $run = 0 ]; then sleep 120; echo task not-stopped; else sleep 3; fi"
         ),
     );
+    let counters_before: Vec<(u64, u64)> = nodes.iter().map(node_requeues).collect();
     let job = sbatch_two_nodes(&dir, "20G", &task);
     let _cancel = Cancel(vec![job]);
     let done = completes(job);
@@ -341,6 +342,35 @@ fn over_the_quota_on_the_second_node_requeues_the_job_once() {
         report.contains(&first_node) && report.contains(&over_node) && report.contains("25G"),
         "report: {report}"
     );
+    // Prometheus sees the requeue after the job's own file is gone: the over node's counters
+    // (over quota, requeued) grew by one, no other node's did.
+    for (node, before) in nodes.iter().zip(counters_before) {
+        let (over, requeued) = node_requeues(node);
+        let grew = (over - before.0, requeued - before.1);
+        let want = if node.name == over_node { (1, 1) } else { (0, 0) };
+        assert_eq!(grew, want, "node {}: {:?}", node.name, node_events_text(node));
+    }
+}
+
+/// The node's event counters file (`gpu_mem_quota_node_events.prom` in its textfile directory).
+fn node_events_text(node: &Node) -> String {
+    std::fs::read_to_string(node.metrics_dir().join("gpu_mem_quota_node_events.prom")).unwrap_or_default()
+}
+
+/// The test user's over-quota and requeued counts in the node's event counters (0 without a file).
+fn node_requeues(node: &Node) -> (u64, u64) {
+    let text = node_events_text(node);
+    let count = |kind: &str| {
+        let sample = format!(
+            "gpu_mem_quota_node_events_total{{user=\"{}\",kind=\"{kind}\"}} ",
+            test_user()
+        );
+        text.lines()
+            .find_map(|l| l.strip_prefix(&sample))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (count("over_quota"), count("requeued"))
 }
 
 /// A multi-node job whose task on its second node dies near its quota there (a CUDA OOM beats the

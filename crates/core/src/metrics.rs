@@ -6,10 +6,15 @@
 //! file, as the collector requires when it merges files, and no sample carries a timestamp (the
 //! collector refuses them). Every metric is listed in docs/ACCOUNTING.md.
 //!
+//! One more file per node, [`NODE_EVENTS_FILE`], holds the node's event counters by user
+//! ([`NodeEvents`]): a job's file goes when the job ends, most often right after its last event
+//! (a requeue, a cancel), which no scrape would then see.
+//!
 //! The `gpu_mem_quota_job_reported_*` families are the job's own word (its allocator telemetry,
 //! `crate::job_telemetry`), not a measurement: their help texts say so, and they appear only
 //! while a task of the job reports.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::job_telemetry::{AllocatorTelemetry, ReportedTask};
@@ -66,6 +71,12 @@ const EVENTS: Family = Family {
     name: "gpu_mem_quota_events_total",
     kind: "counter",
     help: "Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom).",
+};
+
+const NODE_EVENTS: Family = Family {
+    name: "gpu_mem_quota_node_events_total",
+    kind: "counter",
+    help: "Quota events on this node by the job's user and kind, kept after the jobs end.",
 };
 
 const REPORTED_ALLOCATED: Family = Family {
@@ -234,6 +245,101 @@ fn header(out: &mut String, family: &Family) {
     let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind);
 }
 
+/// The node's file of event counters ([`NodeEvents`]), beside the jobs' files.
+pub const NODE_EVENTS_FILE: &str = "gpu_mem_quota_node_events.prom";
+
+/// The node's quota events by job user and kind, since the file began: each job's watchdog adds
+/// its events as they happen ([`new_events`]), and the file stays when the jobs end, so that
+/// `increase(gpu_mem_quota_node_events_total{kind="requeued"}[1d])` counts every requeue. A
+/// counter that starts again (the file removed) is what Prometheus expects of counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeEvents {
+    by_user: BTreeMap<String, EventCounts>,
+}
+
+impl NodeEvents {
+    /// The counters as [`NodeEvents::render`] wrote them. A line of another shape is left out (its
+    /// counter starts again), as are help and type lines.
+    pub fn parse(text: &str) -> NodeEvents {
+        let mut events = NodeEvents::default();
+        for line in text.lines() {
+            if let Some((user, kind, count)) = parse_node_event_line(line) {
+                let counts = events.by_user.entry(user).or_default();
+                counts.set(kind, counts.get(kind).max(count));
+            }
+        }
+        events
+    }
+
+    pub fn add(&mut self, user: &str, events: &EventCounts) {
+        let counts = self.by_user.entry(user.to_string()).or_default();
+        for (kind, count) in events.iter() {
+            counts.add(kind, count);
+        }
+    }
+
+    pub fn get(&self, user: &str, kind: EventKind) -> u32 {
+        self.by_user.get(user).map_or(0, |counts| counts.get(kind))
+    }
+
+    /// The exposition text: every kind of every user, zeros included, by user.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        header(&mut out, &NODE_EVENTS);
+        for (user, counts) in &self.by_user {
+            for (kind, count) in counts.iter() {
+                let user = escape_label_value(user);
+                let _ = writeln!(
+                    out,
+                    "{}{{user=\"{user}\",kind=\"{kind}\"}} {count}",
+                    NODE_EVENTS.name
+                );
+            }
+        }
+        out
+    }
+}
+
+/// The events in `now` that `counted` (what was added to the node's counters before) does not
+/// hold; `None` when there are none.
+pub fn new_events(now: &EventCounts, counted: &EventCounts) -> Option<EventCounts> {
+    let mut new = EventCounts::default();
+    for (kind, count) in now.iter() {
+        new.set(kind, count.saturating_sub(counted.get(kind)));
+    }
+    let any = new.iter().any(|(_, count)| count > 0);
+    any.then_some(new)
+}
+
+/// `gpu_mem_quota_node_events_total{user="U",kind="K"} N`: (U unescaped, K, N).
+fn parse_node_event_line(line: &str) -> Option<(String, EventKind, u32)> {
+    let rest = line.strip_prefix(NODE_EVENTS.name)?.strip_prefix("{user=\"")?;
+    let (user, rest) = unescape_label_value(rest)?;
+    let rest = rest.strip_prefix(",kind=\"")?;
+    let (kind, rest) = rest.split_once("\"} ")?;
+    let count = rest.parse().ok()?;
+    Some((user, EventKind::from_name(kind)?, count))
+}
+
+/// An escaped label value up to its closing quote: the value, and what follows the quote.
+fn unescape_label_value(text: &str) -> Option<(String, &str)> {
+    let mut value = String::new();
+    let mut chars = text.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((value, &text[i + 1..])),
+            '\\' => match chars.next()?.1 {
+                '\\' => value.push('\\'),
+                '"' => value.push('"'),
+                'n' => value.push('\n'),
+                _ => return None,
+            },
+            c => value.push(c),
+        }
+    }
+    None
+}
+
 /// A label value as the text format requires: backslash, double quote and newline escaped.
 fn escape_label_value(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
@@ -269,9 +375,62 @@ mod tests {
     #[test]
     fn help_texts_need_no_escaping() {
         let reported = REPORTED.map(|(family, _)| family);
-        for family in [&USED, &LIMIT, &PEAK, &EVENTS].into_iter().chain(reported) {
+        for family in [&USED, &LIMIT, &PEAK, &EVENTS, &NODE_EVENTS]
+            .into_iter()
+            .chain(reported)
+        {
             assert!(!family.help.contains(['\\', '\n']), "{}", family.name);
         }
+    }
+
+    #[test]
+    fn node_events_are_read_back_as_written() {
+        let mut events = NodeEvents::default();
+        let mut job = EventCounts::default();
+        job.set(EventKind::Requeued, 1);
+        job.set(EventKind::OverQuota, 2);
+        events.add("alice", &job);
+        events.add("say \"hi\"\\\n", &job);
+        events.add("alice", &job);
+        let text = events.render();
+        assert!(
+            text.contains("gpu_mem_quota_node_events_total{user=\"alice\",kind=\"requeued\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("{user=\"alice\",kind=\"warn\"} 0\n"), "{text}");
+        assert_eq!(NodeEvents::parse(&text), events);
+        assert_eq!(events.get("alice", EventKind::OverQuota), 4);
+        assert_eq!(events.get("say \"hi\"\\\n", EventKind::Requeued), 1);
+        assert_eq!(events.get("bob", EventKind::Requeued), 0);
+    }
+
+    #[test]
+    fn damaged_node_event_lines_are_left_out() {
+        let text = "gpu_mem_quota_node_events_total{user=\"alice\",kind=\"requeued\"} 3\n\
+                    gpu_mem_quota_node_events_total{user=\"bob\",kind=\"exploded\"} 1\n\
+                    gpu_mem_quota_node_events_total{user=\"carol,kind=\"requeued\"} 1\n\
+                    gpu_mem_quota_node_events_total{user=\"dave\\q\",kind=\"requeued\"} 1\n\
+                    gpu_mem_quota_node_events_total{user=\"erin\",kind=\"requeued\"} -1\n\
+                    gpu_mem_quota_events_total{job_id=\"1\",user=\"fay\",kind=\"requeued\"} 1\n";
+        let events = NodeEvents::parse(text);
+        let mut alice = NodeEvents::default();
+        let mut three = EventCounts::default();
+        three.set(EventKind::Requeued, 3);
+        alice.add("alice", &three);
+        assert_eq!(events, alice);
+    }
+
+    #[test]
+    fn new_events_are_what_was_not_counted() {
+        let mut counted = EventCounts::default();
+        counted.set(EventKind::Warn, 1);
+        let mut now = counted;
+        assert_eq!(new_events(&now, &counted), None);
+        now.set(EventKind::Requeued, 1);
+        now.set(EventKind::Warn, 2);
+        let new = new_events(&now, &counted).expect("new events");
+        assert_eq!((new.get(EventKind::Warn), new.get(EventKind::Requeued)), (1, 1));
+        assert_eq!(new.get(EventKind::OverQuota), 0);
     }
 
     #[test]

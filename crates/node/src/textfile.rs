@@ -59,6 +59,31 @@ impl Access {
 /// The temporary files' counter; with the pid it makes every temporary name unique.
 static NEXT_TEMPORARY: AtomicU64 = AtomicU64::new(0);
 
+/// Rewrites `dir/name` (0644) from what it holds now (empty when it is not there), holding a lock
+/// that every other caller for the same file takes too: `dir/name.lock`, an empty root-only file
+/// that stays. For a file several watchdogs of a node update (the node's event counters).
+pub fn update_locked(dir: &Path, name: &str, update: impl FnOnce(&str) -> String) -> io::Result<()> {
+    check_name(name)?;
+    let trusted = TrustedDir::open(dir)?;
+    let lock = trusted.open_file(
+        &format!("{name}.lock"),
+        nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CREAT,
+        0o600,
+    )?;
+    // Released when `lock` closes, on every path out.
+    lock.lock()?;
+    let old = match trusted.open_file(name, nix::fcntl::OFlag::O_RDONLY, 0) {
+        Ok(mut file) => {
+            let mut text = String::new();
+            io::Read::read_to_string(&mut file, &mut text)?;
+            text
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    write_atomically(dir, name, &update(&old))
+}
+
 /// Replaces `dir/name` with `text`, atomically, readable by everyone (0644).
 pub fn write_atomically(dir: &Path, name: &str, text: &str) -> io::Result<()> {
     write_atomically_as(dir, name, text, Access::EVERYONE)

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use gmq_core::job_telemetry::{AllocatorTelemetry, JobTelemetry, ReportedTask};
-use gmq_core::metrics::{render, GpuMetrics, JobMetrics};
+use gmq_core::metrics::{render, GpuMetrics, JobMetrics, NodeEvents};
 use gmq_core::record::{EventCounts, EventKind};
 use serde_json::Value;
 
@@ -96,8 +96,17 @@ fn vocabulary() -> Vocabulary {
         kinds: BTreeSet::new(),
     };
     vocabulary.labels.insert(NODE_LABEL.to_string());
-    for job in sample_jobs() {
-        for (name, labels, _) in samples(&render(&job)) {
+    // The jobs' files and the node's event counters, which outlive them.
+    let mut node_events = NodeEvents::default();
+    let texts: Vec<String> = sample_jobs()
+        .iter()
+        .map(|job| {
+            node_events.add(&job.user, &job.events);
+            render(job)
+        })
+        .collect();
+    for text in texts.iter().chain([&node_events.render()]) {
+        for (name, labels, _) in samples(text) {
             vocabulary.metrics.insert(name);
             // The sample's label values are plain (no commas or quotes inside), so splitting is safe.
             for pair in labels.trim_matches(['{', '}']).split(',') {

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use gmq_core::job_telemetry::{AllocatorTelemetry, ReportedTask, SOURCE};
-use gmq_core::metrics::{render, GpuMetrics, JobMetrics};
+use gmq_core::metrics::{render, GpuMetrics, JobMetrics, NodeEvents};
 use gmq_core::record::{EventCounts, EventKind};
 
 const GIB: u64 = 1 << 30;
@@ -134,6 +134,21 @@ gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",
 gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="1"} 1796018400
 "#;
     assert_eq!(added, want);
+    match promtool_check(&text) {
+        None => promtool_missing("check metrics"),
+        Some((clean, said)) => assert!(clean, "promtool check metrics:\n{said}\n{text}"),
+    }
+}
+
+#[test]
+fn the_nodes_event_counters_pass_promtool() {
+    let mut events = NodeEvents::default();
+    let mut job = EventCounts::default();
+    job.set(EventKind::Requeued, 1);
+    events.add("alice", &job);
+    events.add("ev\"il\\\nuser", &job);
+    let text = events.render();
+    assert_eq!(text.lines().count(), 2 + 2 * 7, "{text}");
     match promtool_check(&text) {
         None => promtool_missing("check metrics"),
         Some((clean, said)) => assert!(clean, "promtool check metrics:\n{said}\n{text}"),

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use std::time::Duration;
 
-use gmq_node::textfile::{remove, remove_stale_temporaries, write_atomically};
+use gmq_node::textfile::{remove, remove_stale_temporaries, update_locked, write_atomically};
 use gmq_node::trusted_dir::TrustedDir;
 
 /// A fresh directory per test, removed when dropped (even when the test fails).
@@ -275,4 +275,47 @@ fn is_one_version(text: &str) -> bool {
         .and_then(|l| l.split_whitespace().nth(1))
         .unwrap_or("");
     !tag.is_empty() && text == version(tag.trim_start_matches("GPU-"))
+}
+
+#[test]
+fn locked_updates_from_several_writers_lose_nothing() {
+    // Watchdogs of several jobs add to the node's event counters at once.
+    let dir = TempDir::new();
+    let writers: Vec<_> = (0..4)
+        .map(|_| {
+            let path = dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    update_locked(&path, "count.prom", |old| {
+                        let n: u32 = old.trim().parse().unwrap_or(0);
+                        format!("{}\n", n + 1)
+                    })
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    assert_eq!(
+        fs::read_to_string(dir.path().join("count.prom")).unwrap(),
+        "100\n"
+    );
+    // The lock file stays, root's only, and is no .prom the collector would read.
+    let lock = fs::metadata(dir.path().join("count.prom.lock")).unwrap();
+    assert_eq!(lock.permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_locked_update_does_not_follow_a_symlink() {
+    let dir = TempDir::new();
+    let elsewhere = TempDir::new();
+    fs::write(elsewhere.path().join("target"), "secret\n").unwrap();
+    symlink(elsewhere.path().join("target"), dir.path().join("count.prom")).unwrap();
+    assert!(update_locked(dir.path(), "count.prom", |old| format!("{old}1\n")).is_err());
+    assert_eq!(
+        fs::read_to_string(elsewhere.path().join("target")).unwrap(),
+        "secret\n"
+    );
 }

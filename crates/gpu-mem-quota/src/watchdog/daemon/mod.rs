@@ -590,7 +590,8 @@ impl Daemon {
             let kill = self.settings.kill_leftovers;
             gpu_leftovers::sweep(gpus, job, &self.user, runtime_dir, kill, &mut self.reporter);
         }
-        self.metrics.remove(&mut self.reporter);
+        self.metrics
+            .remove(&self.watchdog.metrics(&self.user), &mut self.reporter);
         if let Some(contender) = &self.contender {
             contender.leave();
         }

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::super::gpu::NvmlSource;
 use super::super::log::Log;
+use gmq_core::metrics::{JobMetrics, NodeEvents, NODE_EVENTS_FILE};
 use gmq_core::node_files;
+use gmq_core::record::EventCounts;
 use gmq_core::watchdog::status::Status;
 use gmq_core::watchdog::Reporter;
 use gmq_node::textfile;
@@ -77,11 +79,16 @@ impl Reporter for LogReporter {
     }
 }
 
-/// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end.
+/// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end;
+/// and the job's events added to the node's counters as they happen (`NodeEvents`), which stay.
 pub(super) struct Metrics {
     dir: Option<PathBuf>,
     name: String,
     last: Option<Instant>,
+    /// The job's events already in the node's counters.
+    counted: EventCounts,
+    /// A failure to add them was logged (once per job).
+    node_events_failed: bool,
 }
 
 impl Metrics {
@@ -101,10 +108,13 @@ impl Metrics {
             dir,
             name: gmq_core::metrics::file_name(job_id),
             last: None,
+            counted: EventCounts::default(),
+            node_events_failed: false,
         }
     }
 
-    pub(super) fn write(&mut self, job: &gmq_core::metrics::JobMetrics, report: &mut LogReporter) {
+    pub(super) fn write(&mut self, job: &JobMetrics, report: &mut LogReporter) {
+        self.count_node_events(job, report);
         let Some(dir) = &self.dir else { return };
         if self.last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
             return;
@@ -119,11 +129,39 @@ impl Metrics {
         }
     }
 
-    pub(super) fn remove(&mut self, report: &mut LogReporter) {
+    /// The job's file removed, its last events (the action that ended its run here, most often)
+    /// in the node's counters first.
+    pub(super) fn remove(&mut self, job: &JobMetrics, report: &mut LogReporter) {
+        self.count_node_events(job, report);
         if let Some(dir) = &self.dir {
             if let Err(e) = textfile::remove(dir, &self.name) {
                 report.error(&format!("cannot remove {}/{}: {e}", dir.display(), self.name));
             }
+        }
+    }
+}
+
+impl Metrics {
+    fn count_node_events(&mut self, job: &JobMetrics, report: &mut LogReporter) {
+        let Some(dir) = &self.dir else { return };
+        let Some(new) = gmq_core::metrics::new_events(&job.events, &self.counted) else {
+            return;
+        };
+        let added = textfile::update_locked(dir, NODE_EVENTS_FILE, |old| {
+            let mut events = NodeEvents::parse(old);
+            events.add(&job.user, &new);
+            events.render()
+        });
+        match added {
+            Ok(()) => self.counted = job.events,
+            Err(e) if !self.node_events_failed => {
+                self.node_events_failed = true;
+                report.error(&format!(
+                    "cannot add the job's events to {}/{NODE_EVENTS_FILE}: {e}; tried again at the next sample",
+                    dir.display()
+                ));
+            }
+            Err(_) => {}
         }
     }
 }
