@@ -70,7 +70,7 @@ const PEAK: Family = Family {
 const EVENTS: Family = Family {
     name: "gpu_mem_quota_events_total",
     kind: "counter",
-    help: "Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom).",
+    help: "Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom, node_fail).",
 };
 
 const NODE_EVENTS: Family = Family {

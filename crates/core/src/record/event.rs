@@ -24,11 +24,15 @@ pub enum EventKind {
     Cancelled,
     /// We requeued the job held (`scontrol requeuehold`).
     Held,
+    /// The node's slurmd died while the run went on, and slurmctld requeued or ended the run for
+    /// it (Slurm's NODE_FAIL): counted by that node's watchdog, which stopped without acting and
+    /// ended what the run had left running there.
+    NodeFail,
 }
 
 impl EventKind {
     /// Every kind, in the order records and metrics list them.
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::Warn,
         EventKind::OverQuota,
         EventKind::Preempted,
@@ -36,6 +40,7 @@ impl EventKind {
         EventKind::Cancelled,
         EventKind::Held,
         EventKind::Oom,
+        EventKind::NodeFail,
     ];
 
     /// The stable name: lowercase, `[a-z_]` only.
@@ -48,6 +53,7 @@ impl EventKind {
             EventKind::Cancelled => "cancelled",
             EventKind::Held => "held",
             EventKind::Oom => "oom",
+            EventKind::NodeFail => "node_fail",
         }
     }
 

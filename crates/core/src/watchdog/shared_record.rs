@@ -190,16 +190,22 @@ impl Watchdog {
         }
     }
 
-    /// Puts this node's entry into the AdminComment once more, due or not, where the run ended
-    /// with nobody else on this node to record it: slurmctld requeued or ended the job after this
-    /// node's slurmd died. An earlier write may have been replaced by another node's writing at
-    /// the same moment (each write is read back, but a later writer may still have read the text
-    /// before it), and this node's part of the run would be missing from the job's record. Not
-    /// after an action, which recorded itself first. Says so when it cannot be done.
-    pub fn record_once_more(&mut self, control: &mut dyn Controller, report: &mut dyn Reporter) {
-        let Some(entry) = self.entry.clone().filter(|_| self.acted.is_none()) else {
+    /// The run ended with nobody else on this node to record it: slurmctld requeued or ended the
+    /// job after this node's slurmd died (`at`: when the watchdog learned so, Unix seconds).
+    /// Counts [`EventKind::NodeFail`] in this node's entry and puts the entry into the
+    /// AdminComment, due or not. An earlier write may also have been replaced by another node's
+    /// writing at the same moment (each write is read back, but a later writer may still have read
+    /// the text before it), and this node's part of the run would be missing from the job's
+    /// record. Not after an action, which recorded itself first. Says so when it cannot be done.
+    pub fn record_node_fail(&mut self, at: u64, control: &mut dyn Controller, report: &mut dyn Reporter) {
+        if self.acted.is_some() {
+            return;
+        }
+        let Some(entry) = self.entry.as_mut() else {
             return;
         };
+        entry.count_event(EventKind::NodeFail, at);
+        let entry = entry.clone();
         let written = control
             .admin_comment()
             .and_then(|comment| record_first(control, &comment, &entry, self.record_shared));

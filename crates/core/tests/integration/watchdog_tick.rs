@@ -349,10 +349,11 @@ fn a_run_slurmctld_has_requeued_is_never_acted_for() {
 }
 
 #[test]
-fn an_orphaned_runs_entry_is_written_once_more_whatever_another_node_wrote() {
+fn an_orphaned_runs_entry_records_the_node_failure_whatever_another_node_wrote() {
     // Two nodes wrote at the job's start and the other node's write replaced this one's; the peak
     // never grew, so no later write was due. When the run ends without this node's slurmd, the
-    // watchdog puts its entry back, keeping the other node's and the next run's.
+    // watchdog puts its entry back with the node failure, keeping the other node's and the next
+    // run's.
     let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
     watchdog.set_node_count(2);
@@ -386,9 +387,27 @@ fn an_orphaned_runs_entry_is_written_once_more_whatever_another_node_wrote() {
         "not due: {}",
         slurm.admin_comment
     );
-    watchdog.record_once_more(&mut slurm, &mut lines);
+    watchdog.record_node_fail(1_800_000_000, &mut slurm, &mut lines);
     let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
     assert_eq!(record.entries().len(), 3, "{}", slurm.admin_comment);
+    let failed = record.entry("node2", 0).unwrap();
+    assert_eq!(failed.facts.events.get(record::EventKind::NodeFail), 1);
+    assert_eq!(
+        failed.facts.last_event,
+        Some(record::LastEvent {
+            at: 1_800_000_000,
+            kind: record::EventKind::NodeFail
+        })
+    );
+    assert!(
+        slurm.admin_comment.contains("node_fail=1,")
+            && slurm.admin_comment.contains("last=node_fail@1800000000"),
+        "{}",
+        slurm.admin_comment
+    );
+    // Not a requeue of ours: the next run's hints see no GPU-memory event.
+    let previous = gmq_core::hints::previous_run(&slurm.admin_comment).unwrap();
+    assert_eq!(previous.restarts, 0);
     for (node, run) in [("node1", 0), ("node1", 1), ("node2", 0)] {
         assert!(
             record.entry(node, run).is_some(),

@@ -13,9 +13,9 @@ Usage: gpu-mem-quota report -j JOBID [--json]
 
 Reads Slurm accounting (sacct, every requeued run included) and the gpu-mem-quota record in each
 job's AdminComment, and shows the GPU-memory quota, the peak per GPU, the GPU-memory efficiency
-(peak / quota, as seff shows memory efficiency) and what the watchdog did (warn, over_quota,
-preempted, requeued, cancelled, held, oom). With -j, also Slurm's own gres/gpumem per run where it
-records one (Slurm 24.11 and later with the gpu/nvml plugin).
+(peak / quota, as seff shows memory efficiency) and what the watchdog did or saw (warn,
+over_quota, preempted, requeued, cancelled, held, oom, node_fail). With -j, also Slurm's own
+gres/gpumem per run where it records one (Slurm 24.11 and later with the gpu/nvml plugin).
 
   -j, --job JOBID        one job, a row per run and node (JOBID: N, N_M for an array task, or
                          N+M for a heterogeneous job's component)

@@ -52,7 +52,7 @@ gpu_mem_quota_limit_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7
 # TYPE gpu_mem_quota_peak_bytes gauge
 gpu_mem_quota_peak_bytes{job_id="4242",user="alice",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 33285996544
 gpu_mem_quota_peak_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 13958643712
-# HELP gpu_mem_quota_events_total Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom).
+# HELP gpu_mem_quota_events_total Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom, node_fail).
 # TYPE gpu_mem_quota_events_total counter
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="warn"} 2
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="over_quota"} 1
@@ -61,6 +61,7 @@ gpu_mem_quota_events_total{job_id="4242",user="alice",kind="requeued"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="cancelled"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="held"} 0
 gpu_mem_quota_events_total{job_id="4242",user="alice",kind="oom"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",kind="node_fail"} 0
 "#;
     assert_eq!(render(&two_gpu_job()), want);
 }
@@ -148,7 +149,7 @@ fn the_nodes_event_counters_pass_promtool() {
     events.add("alice", &job);
     events.add("ev\"il\\\nuser", &job);
     let text = events.render();
-    assert_eq!(text.lines().count(), 2 + 2 * 7, "{text}");
+    assert_eq!(text.lines().count(), 2 + 2 * EventKind::ALL.len(), "{text}");
     match promtool_check(&text) {
         None => promtool_missing("check metrics"),
         Some((clean, said)) => assert!(clean, "promtool check metrics:\n{said}\n{text}"),
@@ -162,7 +163,7 @@ fn odd_user_names_are_escaped() {
     let text = render(&job);
     assert!(text.contains(r#"user="ev\"il\\\nuser""#), "{text}");
     // Every sample stays on one line.
-    assert_eq!(text.lines().count(), 2 * 4 + 2 * 3 + 7);
+    assert_eq!(text.lines().count(), 2 * 4 + 2 * 3 + EventKind::ALL.len());
 }
 
 /// `promtool check metrics` reads the exposition text on stdin and lints names, types and help.

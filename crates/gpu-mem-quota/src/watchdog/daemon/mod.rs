@@ -46,7 +46,7 @@ use gmq_core::watchdog::heal::{self, HealPolicy};
 use gmq_core::watchdog::lifetime::{
     is_this_run, slurmctld_check_every, slurmd_gone_check_every, still_running, stopping_line, Jitter,
 };
-use gmq_core::watchdog::{Flow, Reporter, Watchdog};
+use gmq_core::watchdog::{unix_now, Flow, Reporter, Watchdog};
 use gmq_node::attribute::{self, JobOnNode, LeftoverOutcome, ProcAttributor, ProcessIdentity};
 use gmq_node::runtime;
 use gmq_node::slurm_controller::SlurmController;
@@ -580,7 +580,7 @@ impl Daemon {
         if self.orphaned {
             // This node's part of the run, which no epilog or batch step here will write.
             self.watchdog
-                .record_once_more(&mut self.control, &mut self.reporter);
+                .record_node_fail(unix_now(), &mut self.control, &mut self.reporter);
             self.end_orphaned_run();
         }
         // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
