@@ -216,6 +216,15 @@ impl Watchdog {
             }
             Ok(Recorded::Lost) => "other writers replaced it every time".to_string(),
             Ok(Recorded::Unreadable) => "the AdminComment cannot be read unambiguously".to_string(),
+            // Ended rather than requeued (`--no-requeue`, JobRequeue=0): slurmctld takes no
+            // update of a finished job, and its own state says what happened.
+            Err(e) if e.job_gone() => {
+                report.info(&format!(
+                    "the job has ended ({e}): its record keeps what was written while it ran, and \
+                     Slurm's job state (NODE_FAIL in sacct) records the node failure"
+                ));
+                return;
+            }
             Err(e) => e.to_string(),
         };
         report.warning(&format!(

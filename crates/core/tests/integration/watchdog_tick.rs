@@ -419,6 +419,40 @@ fn an_orphaned_runs_entry_records_the_node_failure_whatever_another_node_wrote()
 }
 
 #[test]
+fn a_node_failure_that_ended_the_job_is_said_not_warned() {
+    // `--no-requeue`: slurmctld ended the job NODE_FAIL and takes no more AdminComment writes.
+    // The entry written while the job ran stays; the watchdog says why it adds nothing.
+    let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
+    watchdog.set_run(0);
+    let (mut gpus, mut slurm, mut lines) = (
+        FakeGpus::new(vec![Ok((5 * G, 0))]),
+        FakeSlurm::default(),
+        Lines::default(),
+    );
+    let t0 = Instant::now();
+    watchdog.tick(t0, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+    watchdog.keep_record_current(t0, &mut slurm, &mut lines);
+    let written = slurm.admin_comment.clone();
+    assert!(written.contains("node2/0:"), "{written}");
+    slurm.job_gone = true;
+    watchdog.record_node_fail(1_800_000_000, &mut slurm, &mut lines);
+    assert_eq!(slurm.admin_comment, written);
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.starts_with("info: the job has ended (") && l.contains("NODE_FAIL in sacct")),
+        "{:?}",
+        lines.lines
+    );
+    assert!(
+        !lines.lines.iter().any(|l| l.starts_with("warning")),
+        "{:?}",
+        lines.lines
+    );
+}
+
+#[test]
 fn a_requeue_that_failed_does_not_count_toward_escalation() {
     // G12: the record goes first, so a requeue that slurmctld never carried out (it did not
     // answer) stays in the AdminComment. With max_requeues = 1 the next try would hold the job,

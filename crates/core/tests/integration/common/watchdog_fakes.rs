@@ -79,6 +79,11 @@ impl Controller for FakeSlurm {
     }
 
     fn set_admin_comment(&mut self, text: &str) -> Result<(), ControlError> {
+        if self.job_gone {
+            return Err(ControlError::JobGone(
+                "refused: Job has already finished for job 7".into(),
+            ));
+        }
         if self.fail_comment_writes > 0 {
             self.fail_comment_writes -= 1;
             return Err(ControlError::Unavailable("Socket timed out".into()));
