@@ -1151,8 +1151,10 @@ fn a_killed_slurmd_on_the_batch_node_ends_a_no_requeue_job_and_leaves_nothing() 
 /// errors). Here the old run's task is gone before slurmd returns. The restart then either runs on
 /// both nodes to completion, or (Slurm's own race, seen in 1 of 2 trials on 22.05) slurmd's
 /// termination of the old run's steps, which it finds by job and step id, kills the restart's
-/// step as well, and the job ends FAILED. Either way no watchdog acts, the record holds both runs'
-/// entries with the node failure, and nothing is left on any node.
+/// step as well, and the job ends FAILED. The returning slurmd may even take the restart for the
+/// old run (it "reissues" the credential and runs no prolog, so no watchdog starts there). Either
+/// way no watchdog acts, the record holds run 0's entries with the node failure, and nothing is
+/// left on any node.
 #[test]
 #[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
 fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
@@ -1205,7 +1207,6 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
     let watched = wait_until(Duration::from_secs(20), || {
         watches(&first) == 2 && watches(&second) == 2
     });
-    assert!(watched, "{:#?}", watchdog_lines(job));
     std::thread::sleep(Duration::from_secs(5));
     std::fs::write(&run.go, "").unwrap();
     let ended = wait_until(Duration::from_secs(150), || {
@@ -1243,6 +1244,7 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
         "{comment}"
     );
     if state == "COMPLETED" {
+        assert!(watched, "{:#?}", watchdog_lines(job));
         assert_eq!(run_lines(&output, 1).len(), 2, "{output}");
         assert_eq!(restart_entries, 2, "{comment}");
     }
