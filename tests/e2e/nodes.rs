@@ -864,12 +864,14 @@ impl Orphanable {
     }
 
     /// Asserts that nothing of the job is left on any node (no step, no watchdog, no runtime
-    /// directory) within 30 s, and that `node` is back in service.
+    /// directory) within 60 s, and that `node` is back in service. A slurmstepd whose slurmd was
+    /// gone tries its completion message again every 15 s (slurmstepd/mgr.c, RETRY_DELAY): two
+    /// tries may pass while the returning slurmd registers.
     fn nothing_left(&self, nodes: &[Node], node: &str) {
         let job = self.job;
         let left = |node: &Node| node.runtime_dir().join(format!("jobs/{job}"));
         let on = |node: &Node| stepds_of(job, node);
-        let clean = wait_until(Duration::from_secs(30), || {
+        let clean = wait_until(Duration::from_secs(60), || {
             watchdogs_of(job).is_empty() && nodes.iter().all(|n| !left(n).exists() && on(n).is_empty())
         });
         assert!(
@@ -1149,12 +1151,13 @@ fn a_killed_slurmd_on_the_batch_node_ends_a_no_requeue_job_and_leaves_nothing() 
 /// (the same job id). On a prototype without the watchdog's orphan handling, this restart failed in
 /// 5 of 5 trials (a revoked credential, steps killed with the old ones, a lost step socket, gres
 /// errors). Here the old run's task is gone before slurmd returns. The restart then either runs on
-/// both nodes to completion, or (Slurm's own race, seen in 1 of 2 trials on 22.05) slurmd's
-/// termination of the old run's steps, which it finds by job and step id, kills the restart's
-/// step as well, and the job ends FAILED. The returning slurmd may even take the restart for the
-/// old run (it "reissues" the credential and runs no prolog, so no watchdog starts there). Either
-/// way no watchdog acts, the record holds run 0's entries with the node failure, and nothing is
-/// left on any node.
+/// both nodes to completion, or (Slurm's own race, seen in 2 of 3 trials on 22.05 and once on
+/// 26.05) slurmd's termination of the old run's steps, which it finds by job and step id, kills
+/// the restart's step as well, and the job ends FAILED. The returning slurmd may even take the
+/// restart for the old run: it runs no prolog, so no watchdog starts there, and the restart's step
+/// says so (in the node's log and the job's output). Either way no watchdog acts or kills a
+/// process of the restart, the record holds run 0's entries with the node failure, and nothing
+/// is left on any node.
 #[test]
 #[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
 fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
@@ -1187,7 +1190,17 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
 
     let t0 = std::time::Instant::now();
     slurmd.restore();
-    let started = wait_until(Duration::from_secs(90), || run_lines(&run.output(), 1).len() == 2);
+    // Both tasks of the restart say so, unless Slurm's cleanup of the old run kills the restart's
+    // task on the returning node first.
+    let restart_killed = |output: &str| {
+        output
+            .split_once("batch run=1 ")
+            .is_some_and(|(_, restart)| restart.contains(": Killed"))
+    };
+    let started = wait_until(Duration::from_secs(90), || {
+        let output = run.output();
+        run_lines(&output, 1).len() == 2 || restart_killed(&output)
+    });
     let started_after = t0.elapsed();
     assert!(
         started,
@@ -1216,17 +1229,35 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
     assert!(ended, "job {job} is {state}: {output} {:#?}", watchdog_lines(job));
     assert_eq!(job_field(job, "Restarts"), "1", "{output}");
     assert!(!output.contains("not-stopped"), "{output}");
+    // What the watchdogs killed of the ended run was run 0's, never the restart's.
+    let restart_pids: Vec<String> = run_lines(&output, 1)
+        .iter()
+        .filter_map(|l| value_of(l, "pid"))
+        .collect();
+    let swept = watchdog_lines(job)
+        .into_iter()
+        .filter(|l| l.contains(" of the ended run is still in the job's cgroup"))
+        .collect::<Vec<_>>();
+    assert!(
+        !swept.iter().any(|l| restart_pids
+            .iter()
+            .any(|pid| l.contains(&format!("process {pid} of the ended run")))),
+        "a watchdog killed the restart's {restart_pids:?}: {swept:#?}"
+    );
     if state == "FAILED" {
         // Only as Slurm's cleanup of the old run's steps makes it fail: one of the restart's
-        // tasks killed, after slurmctld had told the returning slurmd to end the old run.
-        let ctld = std::fs::read_to_string(lab().join("log/slurmctld.log")).unwrap_or_default();
-        assert!(
-            ctld.contains(&format!("Registered PENDING JobId={job} StepId={job}.")),
-            "job {job} FAILED, not by the old run's cleanup: {output}"
-        );
-        assert!(output.contains("Killed"), "{output}");
+        // tasks killed by Slurm (no watchdog acted, none killed the restart's processes).
+        assert!(restart_killed(&output), "{output}");
     }
     run.no_watchdog_acted();
+    // Where the returning slurmd ran no prolog for the restart, its step says so: in the node's
+    // log, and in the job's output.
+    let second_log =
+        std::fs::read_to_string(lab().join(format!("log/slurmd-{second}.log"))).unwrap_or_default();
+    let unwatched_said = second_log
+        .lines()
+        .any(|l| l.contains(&format!("job {job}: no watchdog of the job runs on this node")))
+        && output.contains(&format!("job {job}: no watchdog on node {second}: "));
     let comment = sacct_comment(job);
     assert_eq!(comment.matches("gpu-mem-quota:v1{").count(), 1, "{comment}");
     let restart_entries = [(&first, 1), (&second, 1)]
@@ -1244,13 +1275,19 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
         "{comment}"
     );
     if state == "COMPLETED" {
-        assert!(watched, "{:#?}", watchdog_lines(job));
+        assert!(watched || unwatched_said, "{output} {:#?}", watchdog_lines(job));
         assert_eq!(run_lines(&output, 1).len(), 2, "{output}");
-        assert_eq!(restart_entries, 2, "{comment}");
+        // Each watchdog of the restart wrote its entry.
+        assert_eq!(restart_entries, 1 + usize::from(watched), "{comment}");
     }
     run.nothing_left(&nodes, &second);
     eprintln!(
         "job {job}: the restart started on {first},{second} {started_after:?} after slurmd's \
-         return and ended {state}; {restart_entries} of its 2 entries in the record"
+         return and ended {state}; {}; {restart_entries} of its 2 entries in the record",
+        match (watched, unwatched_said) {
+            (true, _) => "watched on both nodes".to_string(),
+            (false, true) => format!("no watchdog on {second} (no prolog), said so"),
+            (false, false) => "not watched on both nodes".to_string(),
+        }
     );
 }

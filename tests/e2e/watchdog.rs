@@ -433,7 +433,8 @@ fn a_killed_watchdog_never_harms_the_job_and_leaves_nothing_behind() {
     let dir = user_dir("wd-killed");
     let go = dir.join("go");
     let script = format!(
-        "{CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done",
+        "{CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; rm -f {FAKE_NVML}/procs/$GPU/$$; \
+         srun -n1 true; echo done",
         go = go.display()
     );
     let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
@@ -469,6 +470,16 @@ fn a_killed_watchdog_never_harms_the_job_and_leaves_nothing_behind() {
     assert_eq!(job_field(job, "Restarts"), "0");
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     assert!(output.contains("done"), "job {job}: {output}");
+    // The step started after the watchdog died says that nothing enforces its quota: to the user
+    // and in the node's log.
+    assert!(
+        output.contains(&format!("gpu-mem-quota: job {job}: no watchdog on node ")),
+        "job {job}: {output}"
+    );
+    assert!(
+        slurmd_log().contains(&format!("job {job}: no watchdog of the job runs on this node: ")),
+        "job {job}: the step's error is not in slurmd.log"
+    );
     // At the job's end the plugin finds no live watchdog and removes what the dead one left.
     assert_cleaned_up(job);
     assert!(

@@ -80,6 +80,14 @@ pub struct StepDecision {
     pub problems: Vec<String>,
 }
 
+impl StepDecision {
+    /// The job's directory on this node where its watchdog keeps its files (the status file's),
+    /// when the job prolog was to start one here.
+    pub fn watchdog_dir(&self) -> Option<&Path> {
+        self.status_file.as_deref().and_then(Path::parent)
+    }
+}
+
 /// slurmctld's record, asked of `sources` at most once however many facts need it.
 struct Slurmctld<'s, S> {
     sources: &'s S,
@@ -475,6 +483,7 @@ mod tests {
         assert!(refusal.contains("account 'physics'"), "{refusal}");
         let decision = decide(&policy, BATCH_STEP, None, &sources);
         assert_eq!(quota(&decision), Some(30 * GIB), "the 30 shards x 1G");
+        assert_eq!(decision.watchdog_dir(), Some(Path::new("/run/gmq/jobs/7")));
         assert_eq!(decision.tuning.unwrap().visible_devices, 2);
         assert_eq!(
             decision.status_file,

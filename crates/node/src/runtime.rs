@@ -106,7 +106,11 @@ pub fn write_pid_file(dir: &Path, me: ProcessIdentity) -> io::Result<()> {
 
 /// The watchdog recorded in the job's directory, if its file is there and well formed.
 pub fn read_pid_file(runtime_dir: &Path, job_id: u32) -> Option<ProcessIdentity> {
-    let text = fs::read_to_string(job_dir(runtime_dir, job_id).join(PID_FILE)).ok()?;
+    read_pid_file_in(&job_dir(runtime_dir, job_id))
+}
+
+fn read_pid_file_in(job_dir: &Path) -> Option<ProcessIdentity> {
+    let text = fs::read_to_string(job_dir.join(PID_FILE)).ok()?;
     let mut words = text.split_whitespace();
     let pid = words.next()?.parse().ok()?;
     let start_time = words.next()?.parse().ok()?;
@@ -173,6 +177,23 @@ fn wait_until_gone(proc_root: &Path, process: &ProcessIdentity, wait: Duration) 
     }
 }
 
+/// Whether the watchdog of the job whose directory is `job_dir` runs on this node: its pid file
+/// names a live process, now or within `wait` (the job prolog starts it detached, so the job's
+/// first task may come first). Root only (the pid file is root's). Read-only: the job's lock is
+/// never tried, which would make a watchdog starting meanwhile find it taken and leave.
+pub fn watchdog_runs(proc_root: &Path, job_dir: &Path, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
+        if read_pid_file_in(job_dir).is_some_and(|w| same_process(proc_root, &w)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The size of the smallest of `gpus` (gres indices or UUIDs) in the node's inventory, or of the
 /// smallest GPU of the node when `gpus` is empty. `None` when no watchdog has written it yet.
 pub fn gpu_total(runtime_dir: &Path, gpus: &[String]) -> Option<u64> {
@@ -215,5 +236,29 @@ mod tests {
         assert_eq!(gpu_total(&dir, &["7".into()]), None);
         scratch.close().unwrap();
         assert_eq!(gpu_total(&dir, &[]), None);
+    }
+
+    #[test]
+    fn a_watchdog_runs_only_where_its_pid_file_names_a_live_process() {
+        let scratch = tempfile::Builder::new()
+            .prefix("gmq-watchdog-runs-")
+            .tempdir()
+            .unwrap();
+        let (runtime_dir, proc_root) = (scratch.path(), Path::new("/proc"));
+        let runs = |job_id| watchdog_runs(proc_root, &job_dir(runtime_dir, job_id), Duration::ZERO);
+        assert!(!runs(7), "no job directory");
+        let dir = create_job_dir(runtime_dir, 7).unwrap();
+        assert!(!runs(7), "no pid file");
+        let me = crate::attribute::identify(proc_root, std::process::id()).unwrap();
+        // The pid of a process that is gone, and now another's, is no watchdog.
+        let earlier = ProcessIdentity {
+            pid: me.pid,
+            start_time: me.start_time + 1,
+        };
+        write_pid_file(&dir, earlier).unwrap();
+        assert!(!runs(7), "a reused pid");
+        write_pid_file(&dir, me).unwrap();
+        assert!(runs(7));
+        assert!(!runs(8), "another job's");
     }
 }

@@ -156,6 +156,22 @@ pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
     })
 }
 
+/// slurmstepd's task child, as root, before task_init: whether the job's watchdog runs here.
+#[no_mangle]
+pub extern "C" fn slurm_spank_task_init_privileged(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    let _ = run("task_init_privileged", sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Remote => remote::task_init_privileged(spank),
+            _ => Ok(()),
+        }
+    });
+    0
+}
+
 /// slurmstepd's task child, as the user, just before exec: apply the step's decision.
 /// Failing here ends the task with exit code 1 (the job fails, the user sees why). Failing earlier, in
 /// user_init, would make slurmd report "could not execve job" and drain the node: a forged value must

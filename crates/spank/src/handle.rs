@@ -225,6 +225,12 @@ impl Spank {
         self.item(item!(S_TASK_GLOBAL_ID: u32))
     }
 
+    /// The task's rank on this node (task contexts): 0 once per node of the step.
+    pub(crate) fn task_local_id(&self) -> Result<i32, SpankError> {
+        // spank.h: `int *`, where the global id is a `uint32_t *`.
+        self.item(item!(S_TASK_ID: c_int))
+    }
+
     /// The job id (remote, local and job-script contexts).
     pub(super) fn job_id(&self) -> Result<u32, SpankError> {
         self.item(item!(S_JOB_ID: u32))

@@ -3,6 +3,8 @@
 //! - `user_init` (once per step, in slurmstepd): decide the step's quota from the option value, the
 //!   policy and the job's identity. It never fails: a failed `user_init` makes slurmd report
 //!   "could not execve job" and drain the node.
+//! - `task_init_privileged` (the step's first task child on the node, as root): say so where no
+//!   watchdog of the job runs here.
 //! - `task_init` (each task's child, as the user, just before exec): apply the decision: write the
 //!   environment, or fail the task (exit code 1) with the reason.
 //! - `exit` of the batch step (the batch script ended): write the run's final record.
@@ -14,8 +16,11 @@
 //! it is validated again here.
 
 use std::cell::OnceCell;
+use std::io::Write;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use super::handle::Spank;
 use super::{log, options};
@@ -66,6 +71,41 @@ pub(crate) fn user_init(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
+/// Set in the child of the step's first task on this node when no watchdog of the job runs here.
+static UNWATCHED: AtomicBool = AtomicBool::new(false);
+
+/// How long the first task waits for the job's watchdog to show itself: the job prolog, which
+/// started it detached, has returned before any step starts, and it writes its pid file at once.
+const WATCHDOG_START_WAIT: Duration = Duration::from_secs(2);
+
+/// The step's first task child on this node, as root, before `task_init`: whether the job's
+/// watchdog that the job prolog was to start runs here. Where none does (it died, or Slurm ran
+/// no job prolog: a slurmd that restarted under the job's earlier run takes the restart's steps
+/// for that run's), nothing enforces the quota here, and the node's log and the job's output say
+/// so. Here and not in `user_init`, which runs with the user's privileges and cannot read the
+/// watchdog's pid file. Never fails the task.
+pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
+    if spank.task_local_id().map_err(|e| e.to_string())? != 0 {
+        return Ok(());
+    }
+    let Some(plan) = step_plan() else {
+        return Ok(());
+    };
+    let Some(dir) = plan.decision.watchdog_dir() else {
+        return Ok(());
+    };
+    if !runtime::watchdog_runs(Path::new("/proc"), dir, WATCHDOG_START_WAIT) {
+        UNWATCHED.store(true, Ordering::Relaxed);
+        log::error(&format!(
+            "job {}: no watchdog of the job runs on this node: the quota is not enforced here \
+             for this run (the job prolog's lines say whether it started one; a slurmd that \
+             restarted under the job's earlier run runs no prolog for the restart)",
+            job_label(spank)
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
     // Should user_init not have run in this process, decide here: the same inputs, the same answer.
     let plan = step_plan().unwrap_or_else(|| plan(spank));
@@ -86,11 +126,20 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
     }
     // Told once per step, in the job's own output: the first task's stderr is the step's.
     if let (Some(lowered), Ok(0)) = (&verdict.lowered, spank.task_global_id()) {
-        use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
             "{}: job {job}: {lowered}",
             gmq_node::PLUGIN_NAME
+        );
+    }
+    // Once per node of the step: it is this node's (see task_init_privileged).
+    if UNWATCHED.load(Ordering::Relaxed) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{}: job {job}: no watchdog on node {}: the GPU memory quota is not enforced there \
+             for this run (the node's slurmd log says why)",
+            gmq_node::PLUGIN_NAME,
+            gmq_node::slurmctl::this_node()
         );
     }
     let (set, unset) = step::task_env(&plan.decision, verdict, &sources, &hints);
