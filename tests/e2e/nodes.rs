@@ -1194,14 +1194,14 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
     // task on the returning node first, or (seen on 24.11) the restart's srun fails at once on
     // Slurm's broken bookkeeping of the old run ("SLURM_JOB_NUM_NODES ... conflicts with
     // allocated node count").
-    let restart_killed = |output: &str| {
+    let restart_cut_short = |output: &str| {
         output
             .split_once("batch run=1 ")
             .is_some_and(|(_, restart)| restart.contains(": Killed") || restart.contains("srun: error: "))
     };
     let started = wait_until(Duration::from_secs(90), || {
         let output = run.output();
-        run_lines(&output, 1).len() == 2 || restart_killed(&output)
+        run_lines(&output, 1).len() == 2 || restart_cut_short(&output)
     });
     let started_after = t0.elapsed();
     assert!(
@@ -1249,7 +1249,7 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
     if state == "FAILED" {
         // Only as Slurm's cleanup of the old run's steps makes it fail: one of the restart's
         // tasks killed by Slurm (no watchdog acted, none killed the restart's processes).
-        assert!(restart_killed(&output), "{output}");
+        assert!(restart_cut_short(&output), "{output}");
     }
     run.no_watchdog_acted();
     // Where the returning slurmd ran no prolog for the restart, its step says so: in the node's

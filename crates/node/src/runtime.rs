@@ -163,11 +163,16 @@ pub fn stop_earlier_watchdog(
     }
 }
 
-/// Whether `process` is gone (exited and reaped) within `wait`, looking every 50 ms.
+/// Whether `process` is gone (exited and reaped) within `wait`.
 fn wait_until_gone(proc_root: &Path, process: &ProcessIdentity, wait: Duration) -> bool {
+    poll_until(wait, || !same_process(proc_root, process))
+}
+
+/// Whether `done` holds now or within `wait`, asking every 50 ms.
+fn poll_until(wait: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + wait;
     loop {
-        if !same_process(proc_root, process) {
+        if done() {
             return true;
         }
         if Instant::now() >= deadline {
@@ -182,16 +187,9 @@ fn wait_until_gone(proc_root: &Path, process: &ProcessIdentity, wait: Duration) 
 /// first task may come first). Root only (the pid file is root's). Read-only: the job's lock is
 /// never tried, which would make a watchdog starting meanwhile find it taken and leave.
 pub fn watchdog_runs(proc_root: &Path, job_dir: &Path, wait: Duration) -> bool {
-    let deadline = Instant::now() + wait;
-    loop {
-        if read_pid_file_in(job_dir).is_some_and(|w| same_process(proc_root, &w)) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    poll_until(wait, || {
+        read_pid_file_in(job_dir).is_some_and(|w| same_process(proc_root, &w))
+    })
 }
 
 /// The size of the smallest of `gpus` (gres indices or UUIDs) in the node's inventory, or of the
