@@ -105,8 +105,8 @@ pub struct Watchdog {
     /// next write is due; the plugin's final write is needed only when the entry has changed since,
     /// [`Watchdog::unrecorded_text`]).
     record_written: Option<(Instant, record::Entry)>,
-    /// When to look for that write once more (a multi-node job's: another node's write from an
-    /// older read may replace it after it was read back).
+    /// When to look for that write again (a multi-node job's: another node's write from an older
+    /// read may replace it after it was read back); `None` once it has settled there.
     record_confirm_at: Option<Instant>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
@@ -655,12 +655,14 @@ impl Watchdog {
         Some(record::render(&record))
     }
 
-    /// [`Watchdog::record_text`] while the AdminComment lacks this entry as it is now; `None` once
-    /// the entry there is the current one (then the plugin's final write would ask slurmctld for
-    /// nothing new).
+    /// [`Watchdog::record_text`] while the AdminComment may lack this entry as it is now; `None`
+    /// once the entry there is the current one and has settled (then the plugin's final write
+    /// would ask slurmctld for nothing new). A multi-node job's write that another node may still
+    /// have replaced has not settled: should the batch script end meanwhile, the plugin's final
+    /// write looks for the entry and puts it back.
     pub fn unrecorded_text(&self) -> Option<String> {
         let written = self.record_written.as_ref().map(|(_, entry)| entry);
-        if self.entry.is_some() && self.entry.as_ref() == written {
+        if self.entry.is_some() && self.entry.as_ref() == written && self.record_confirm_at.is_none() {
             return None;
         }
         self.record_text()

@@ -28,12 +28,22 @@ pub(crate) fn retry_after(failures: u32) -> Duration {
 }
 const RECORD_GROWTH_PERCENT: u64 = 10;
 
-/// How long after a write to a shared AdminComment its entry is looked for once more. Another
-/// node that read the text before our write and wrote its merge after our read-back has replaced
-/// our entry, and nothing else would put it back until our peak grew again. Such a write comes
-/// within one read-merge-write of the other node (two `scontrol` calls, seconds at most with a
-/// slurmctld that answers); 15 s is past that, and one read more per write is all it costs.
-const RECORD_SETTLE: Duration = Duration::from_secs(15);
+/// When, after a write to a shared AdminComment, its entry is looked for again. Another node
+/// that read the text before our write and wrote its merge after our read-back has replaced our
+/// entry, and nothing else would put it back until our peak grew again. Such a write comes within
+/// one read-merge-write of the other node: well under a second with a slurmctld that answers
+/// (the first look, soon enough for a job that ends seconds after its nodes' first writes, which
+/// all come at once), seconds at most with a busy one (the second). One read more per look, for
+/// multi-node jobs only, a handful of times per job.
+const RECORD_SETTLE: [Duration; 2] = [Duration::from_secs(3), Duration::from_secs(15)];
+
+/// The next look for an entry written at `written` that is due after `now`, if any is left.
+fn next_look(written: Instant, now: Instant) -> Option<Instant> {
+    RECORD_SETTLE
+        .iter()
+        .map(|after| written + *after)
+        .find(|at| *at > now)
+}
 
 /// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
 /// a requeue starts the next run.
@@ -124,7 +134,7 @@ impl Watchdog {
     /// job is completing, which is already so when the batch script of a cancelled job ends, and
     /// always so when the other nodes of a multi-node job learn that it ended. Other nodes merge
     /// into the same text at about the same time, so their writes are read back and repeated
-    /// ([`record_entry`]), tried again soon if they still lost, and looked for once more
+    /// ([`record_entry`]), tried again soon if they still lost, and looked for again
     /// [`RECORD_SETTLE`] after they were kept, since a slower node's merge may still replace them.
     /// Never acts on the job; a failure is logged once.
     pub fn keep_record_current(
@@ -150,9 +160,9 @@ impl Watchdog {
         let comment = control.admin_comment();
         if confirming {
             self.record_confirm_at = None;
-            let written = self.record_written.as_ref().map(|(_, entry)| entry);
-            if let (Ok(AdminComment::Read(text)), Some(written)) = (&comment, written) {
+            if let (Ok(AdminComment::Read(text)), Some((at, written))) = (&comment, &self.record_written) {
                 if record::is_recorded(text, written) {
+                    self.record_confirm_at = next_look(*at, now);
                     return;
                 }
             }
@@ -164,7 +174,7 @@ impl Watchdog {
                 self.record_failures = 0;
                 self.record_retry_at = None;
                 if self.record_shared {
-                    self.record_confirm_at = Some(now + RECORD_SETTLE);
+                    self.record_confirm_at = next_look(now, now);
                 }
                 return;
             }

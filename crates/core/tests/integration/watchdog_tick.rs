@@ -350,10 +350,10 @@ fn a_run_slurmctld_has_requeued_is_never_acted_for() {
 
 #[test]
 fn an_orphaned_runs_entry_records_the_node_failure_whatever_another_node_wrote() {
-    // Two nodes wrote at the job's start and the other node's write replaced this one's; the peak
-    // never grew, so no later write was due. When the run ends without this node's slurmd, the
-    // watchdog puts its entry back with the node failure, keeping the other node's and the next
-    // run's.
+    // Two nodes wrote at the job's start and, after this one's looks for its entry, a slow write of
+    // the other node replaced it; the peak never grew, so no later write was due. When the run
+    // ends without this node's slurmd, the watchdog puts its entry back with the node failure,
+    // keeping the other node's and the next run's.
     let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
     watchdog.set_node_count(2);
@@ -363,7 +363,7 @@ fn an_orphaned_runs_entry_records_the_node_failure_whatever_another_node_wrote()
         Lines::default(),
     );
     let t0 = Instant::now();
-    for i in 0..3 {
+    for i in 0..16 {
         watchdog.tick(
             t0 + Duration::from_secs(i),
             &mut gpus,
@@ -381,7 +381,7 @@ fn an_orphaned_runs_entry_records_the_node_failure_whatever_another_node_wrote()
     slurm.admin_comment =
         "gpu-mem-quota:v1{node1/0:q=40G,g0=5G/00000000;node1/1:q=40G,g0=1G/00000000}".into();
     slurm.restarts = 1;
-    watchdog.keep_record_current(t0 + Duration::from_secs(4), &mut slurm, &mut lines);
+    watchdog.keep_record_current(t0 + Duration::from_secs(16), &mut slurm, &mut lines);
     assert!(
         !slurm.admin_comment.contains("node2/0:"),
         "not due: {}",
@@ -766,16 +766,49 @@ fn a_record_replaced_after_it_was_read_back_is_written_again() {
         ..FakeSlurm::default()
     };
     let (slurm, lines) = run_recording(|_| 10 * G, 60, slurm, true);
-    // Written at 0 s and read back; looked for at 15 s (gone), written again and read back;
-    // looked for at 30 s (there): then nothing more.
+    // Written at 0 s and read back; looked for at 3 s (gone), written again and read back;
+    // looked for at 6 s and 18 s (there): then nothing more.
     assert_eq!(slurm.calls, ["comment"; 2], "{:?}", lines.lines);
-    assert_eq!(slurm.comment_reads, 5, "{:?}", lines.lines);
+    assert_eq!(slurm.comment_reads, 6, "{:?}", lines.lines);
     assert_eq!(recorded_peak(&slurm.admin_comment), 10 * G);
     assert!(lines.lines.is_empty(), "{:?}", lines.lines);
 
     // A single-node job has no other writer: no look afterwards.
     let (slurm, _) = run_recording(|_| 10 * G, 60, FakeSlurm::default(), false);
     assert_eq!((slurm.calls.len(), slurm.comment_reads), (1, 1));
+}
+
+#[test]
+fn a_multi_node_jobs_entry_stays_for_the_final_write_until_it_has_settled() {
+    // The record file (unrecorded_text) is what the plugin writes when the batch script ends.
+    // A write another node may still replace has not settled: a job that ends within seconds of
+    // its nodes' first writes gets this node's entry back from the batch node's final write.
+    let record_file_at = |multi_node: bool, seconds: &[u64]| {
+        let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
+        watchdog.set_run(0);
+        watchdog.set_node_count(if multi_node { 2 } else { 1 });
+        let (mut slurm, mut lines) = (FakeSlurm::default(), Lines::default());
+        let t0 = Instant::now();
+        let mut kept = Vec::new();
+        for second in 0..=*seconds.iter().max().unwrap() {
+            let now = t0 + Duration::from_secs(second);
+            let mut gpus = FakeGpus::new(vec![Ok((10 * G, 0))]);
+            watchdog.tick(now, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
+            watchdog.keep_record_current(now, &mut slurm, &mut lines);
+            if seconds.contains(&second) {
+                kept.push(watchdog.unrecorded_text().is_some());
+            }
+        }
+        assert_eq!(slurm.calls, ["comment"], "{:?}", lines.lines);
+        kept
+    };
+    // Written at 0 s, looked for at 3 s and 15 s: the file goes with the last look.
+    assert_eq!(
+        record_file_at(true, &[0, 2, 3, 14, 15, 30]),
+        [true, true, true, true, false, false]
+    );
+    // A single-node job's write has no other writer to lose it to.
+    assert_eq!(record_file_at(false, &[0, 3, 15]), [false, false, false]);
 }
 
 #[test]
