@@ -645,6 +645,17 @@ fn run_recording(
     slurm: FakeSlurm,
     multi_node: bool,
 ) -> (FakeSlurm, Lines) {
+    run_recording_watched(bytes, seconds, slurm, multi_node, |_, _| {})
+}
+
+/// [`run_recording`], showing `after_second` the watchdog after each second's record keeping.
+fn run_recording_watched(
+    bytes: impl Fn(u64) -> u64,
+    seconds: u64,
+    slurm: FakeSlurm,
+    multi_node: bool,
+    mut after_second: impl FnMut(u64, &Watchdog),
+) -> (FakeSlurm, Lines) {
     let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
     watchdog.set_node_count(if multi_node { 2 } else { 1 });
@@ -655,6 +666,7 @@ fn run_recording(
         let mut gpus = FakeGpus::new(vec![Ok((bytes(second), 0))]);
         watchdog.tick(now, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
         watchdog.keep_record_current(now, &mut slurm, &mut lines);
+        after_second(second, &watchdog);
     }
     (slurm, lines)
 }
@@ -784,21 +796,19 @@ fn a_multi_node_jobs_entry_stays_for_the_final_write_until_it_has_settled() {
     // A write another node may still replace has not settled: a job that ends within seconds of
     // its nodes' first writes gets this node's entry back from the batch node's final write.
     let record_file_at = |multi_node: bool, seconds: &[u64]| {
-        let mut watchdog = Watchdog::new(7, "node2", Some(ByteSize::from_bytes(40 * G)), settings());
-        watchdog.set_run(0);
-        watchdog.set_node_count(if multi_node { 2 } else { 1 });
-        let (mut slurm, mut lines) = (FakeSlurm::default(), Lines::default());
-        let t0 = Instant::now();
         let mut kept = Vec::new();
-        for second in 0..=*seconds.iter().max().unwrap() {
-            let now = t0 + Duration::from_secs(second);
-            let mut gpus = FakeGpus::new(vec![Ok((10 * G, 0))]);
-            watchdog.tick(now, &mut gpus, &mut ByPid, &mut slurm, &mut lines);
-            watchdog.keep_record_current(now, &mut slurm, &mut lines);
-            if seconds.contains(&second) {
-                kept.push(watchdog.unrecorded_text().is_some());
-            }
-        }
+        let last = *seconds.iter().max().unwrap();
+        let (slurm, lines) = run_recording_watched(
+            |_| 10 * G,
+            last + 1,
+            FakeSlurm::default(),
+            multi_node,
+            |second, watchdog| {
+                if seconds.contains(&second) {
+                    kept.push(watchdog.unrecorded_text().is_some());
+                }
+            },
+        );
         assert_eq!(slurm.calls, ["comment"], "{:?}", lines.lines);
         kept
     };
