@@ -2,6 +2,7 @@
 //! Every job is submitted by the ordinary test user with the real sbatch, srun and salloc.
 
 mod abi;
+mod admission;
 mod hard_limit;
 mod heal;
 mod hints;

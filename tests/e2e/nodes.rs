@@ -1154,10 +1154,10 @@ fn a_killed_slurmd_on_the_batch_node_ends_a_no_requeue_job_and_leaves_nothing() 
 /// both nodes to completion, or (Slurm's own race, seen in 2 of 3 trials on 22.05 and once on
 /// 26.05) slurmd's termination of the old run's steps, which it finds by job and step id, kills
 /// the restart's step as well, and the job ends FAILED. The returning slurmd may even take the
-/// restart for the old run: it runs no prolog, so no watchdog starts there, and the restart's step
-/// says so (in the node's log and the job's output). Either way no watchdog acts or kills a
-/// process of the restart, the record holds run 0's entries with the node failure, and nothing
-/// is left on any node.
+/// restart for the old run: it runs no prolog, so no watchdog starts there, and the restart's task
+/// there is refused, saying why (in the node's log and the job's output): the job ends FAILED.
+/// Either way no watchdog acts or kills a process of the restart, the record holds run 0's
+/// entries with the node failure, and nothing is left on any node.
 #[test]
 #[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
 fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
@@ -1256,19 +1256,23 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
         "a watchdog killed the restart's {restart_pids:?}: {swept:#?}"
     );
     if state == "FAILED" {
-        // Only as Slurm's cleanup of the old run's steps makes it fail: one of the restart's
-        // tasks killed by Slurm (no watchdog acted, none killed the restart's processes).
+        // Only as Slurm's cleanup of the old run's steps makes it fail (one of the restart's tasks
+        // killed by Slurm), or as the restart's task on the node that ran no prolog for it is
+        // refused: no watchdog acted, none killed the restart's processes.
         assert!(restart_cut_short(&output), "{output}");
     }
     run.no_watchdog_acted();
-    // Where the returning slurmd ran no prolog for the restart, its step says so: in the node's
-    // log, and in the job's output.
+    // Where the returning slurmd ran no prolog for the restart, its task there is refused (it
+    // would run unwatched), and says so: in the node's log, and in the job's output.
     let second_log =
         std::fs::read_to_string(lab().join(format!("log/slurmd-{second}.log"))).unwrap_or_default();
-    let unwatched_said = second_log
-        .lines()
-        .any(|l| l.contains(&format!("job {job}: no watchdog of the job runs on this node")))
-        && output.contains(&format!("job {job}: no watchdog on node {second}: "));
+    let unwatched_said = second_log.lines().any(|l| {
+        l.contains(&format!(
+            "job {job}: refusing the step's tasks on node {second}: "
+        ))
+    }) && output.contains(&format!(
+        "job {job}: refusing to start the task: the job prolog left no word on this node"
+    ));
     let comment = sacct_comment(job);
     assert_eq!(comment.matches("gpu-mem-quota:v1{").count(), 1, "{comment}");
     let restart_entries = [(&first, 1), (&second, 1)]

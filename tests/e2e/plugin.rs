@@ -170,15 +170,16 @@ fn help_lists_the_option_and_slurmd_loaded_the_plugin() {
     let unexpected: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("error") && l.contains("gpu_mem_quota") || l.contains("error: gpu-mem-quota"))
-        // The refusals other tests provoke, the epilog's kill of what the G7 test (security.rs)
-        // moved below its step, and the steps of jobs whose watchdog a test killed or kept from
-        // starting (watchdog.rs): the log may hold them from an earlier run on the same lab.
+        // The refusals other tests provoke (in steps, and the job prolog's: admission.rs), the
+        // epilog's kill of what the G7 test (security.rs) moved below its step, and the steps of
+        // jobs whose watchdog a test killed or kept from starting (watchdog.rs, refused): the log
+        // may hold them from an earlier run on the same lab.
         .filter(|l| {
             !l.contains("refusing")
                 && !l.contains("task_init() failed")
                 && !l.contains("policy is unusable")
                 && !l.contains("was still in the job's cgroup after its end")
-                && !l.contains("no watchdog of the job runs on this node")
+                && !l.contains("every task of the job on this node is refused")
         })
         .collect();
     assert!(

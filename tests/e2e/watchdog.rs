@@ -470,15 +470,16 @@ fn a_killed_watchdog_never_harms_the_job_and_leaves_nothing_behind() {
     assert_eq!(job_field(job, "Restarts"), "0");
     let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
     assert!(output.contains("done"), "job {job}: {output}");
-    // The step started after the watchdog died says that nothing enforces its quota: to the user
-    // and in the node's log.
+    // The step started after the watchdog died would run unwatched: its task is refused (review
+    // K1), and the user and the node's log are told why. The task already running is left alone.
+    let refused = "refusing to start the task: no watchdog of the job runs on this node";
     assert!(
-        output.contains(&format!("gpu-mem-quota: job {job}: no watchdog on node ")),
+        output.contains(&format!("job {job}: {refused}")),
         "job {job}: {output}"
     );
     assert!(
-        slurmd_log().contains(&format!("job {job}: no watchdog of the job runs on this node: ")),
-        "job {job}: the step's error is not in slurmd.log"
+        slurmd_log().contains(&format!("job {job}: refusing the step's tasks on node ")),
+        "job {job}: the step's refusal is not in slurmd.log"
     );
     // At the job's end the plugin finds no live watchdog and removes what the dead one left.
     assert_cleaned_up(job);
@@ -720,7 +721,7 @@ fn two_steps_starting_at_once_get_one_watchdog() {
 
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
-fn a_runtime_dir_it_cannot_use_leaves_the_job_unwatched_and_unharmed() {
+fn a_runtime_dir_it_cannot_use_refuses_the_jobs_tasks_and_says_why() {
     // runtime_dir under a regular file: nobody, root included, can create it.
     let blocked = lab().join("gmq/blocked");
     std::fs::write(&blocked, "").unwrap();
@@ -730,24 +731,31 @@ fn a_runtime_dir_it_cannot_use_leaves_the_job_unwatched_and_unharmed() {
         runtime_dir.display()
     )));
     let dir = user_dir("wd-runtime-dir");
-    // Over its quota for longer than the grace: a watchdog would cancel it; none watches.
+    // Over its quota for longer than the grace: no watchdog could see it, so it never starts
+    // (review K1: nothing of a job with a quota runs unwatched).
     let script = format!("{CLAIM}; claim 50G; sleep 4; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     let _ = std::fs::remove_file(&blocked);
-    assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
-    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
-    assert_eq!(job_field(job.id, "ExitCode"), "0:0");
-    let line = format!(
-        "job {}: cannot create the job's runtime directory {}/jobs/{}: {}: Not a directory (os error 20); \
-         the job runs unwatched",
+    assert!(!job.output.contains("done"), "job {}: {}", job.id, job.output);
+    assert_eq!(job_field(job.id, "JobState"), "FAILED");
+    assert!(
+        job.output.contains(&format!(
+            "job {}: refusing to start the task: the job prolog left no word on this node",
+            job.id
+        )),
+        "job {}: {}",
         job.id,
-        runtime_dir.display(),
+        job.output
+    );
+    let line = format!(
+        "job {}: cannot write the prolog's word ({}: Not a directory (os error 20)): the job's \
+         tasks here will be refused",
         job.id,
         runtime_dir.display()
     );
     assert!(
-        wait_until(Duration::from_secs(5), || syslog_count(&line) == 1),
-        "job {}: no runtime-dir line",
+        slurmd_log().contains(&line),
+        "job {}: no prolog line {line:?}",
         job.id
     );
     assert_eq!(syslog_count(&format!("job {}: watching GPU(s)", job.id)), 0);

@@ -27,6 +27,7 @@ pub mod controller;
 pub mod dir_rule;
 pub mod hints;
 pub mod job_env;
+pub mod job_start;
 pub mod job_telemetry;
 pub mod json_number;
 pub mod launch;

@@ -13,6 +13,40 @@ pub const INVENTORY_FILE: &str = "gpus";
 /// accepts updates.
 pub const RECORD_FILE: &str = "record";
 pub const FACTS_FILE: &str = "facts";
+/// The job prolog's word on the job here ([`PrologWord`]), written before any step of the run:
+/// every task of the job reads it before it starts, and its presence tells a step that the job has
+/// GPUs here (a step of a job without asks slurmctld nothing).
+pub const PROLOG_FILE: &str = "prolog";
+
+/// What the job prolog decided for the job on this node (`gmq_core::job_start`), as every task of
+/// the job finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PrologWord {
+    /// The prolog started the job's watchdog.
+    Watched,
+    /// The job's request is refused here: so is every task of the job, for this reason.
+    Refused(String),
+}
+
+impl PrologWord {
+    pub fn render(&self) -> String {
+        match self {
+            PrologWord::Watched => "watched\n".to_string(),
+            PrologWord::Refused(why) => format!("refused {}\n", why.replace('\n', " ")),
+        }
+    }
+
+    /// The word [`PrologWord::render`] wrote; anything else is a refusal (fail closed: a task
+    /// starts only where the prolog said the job is watched).
+    pub fn parse(text: &str) -> PrologWord {
+        let line = text.strip_suffix('\n').unwrap_or(text);
+        match line.split_once(' ') {
+            _ if line == "watched" => PrologWord::Watched,
+            Some(("refused", why)) => PrologWord::Refused(why.to_string()),
+            _ => PrologWord::Refused("the job prolog's word on this node cannot be read".into()),
+        }
+    }
+}
 
 pub fn jobs_dir(runtime_dir: &Path) -> PathBuf {
     runtime_dir.join("jobs")
@@ -82,6 +116,24 @@ impl NodeFacts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_prolog_word_reads_back_and_anything_else_refuses() {
+        for word in [PrologWord::Watched, PrologWord::Refused("over the 8G cap".into())] {
+            assert_eq!(PrologWord::parse(&word.render()), word);
+        }
+        let multi = PrologWord::Refused("one\ntwo".into());
+        assert_eq!(
+            PrologWord::parse(&multi.render()),
+            PrologWord::Refused("one two".into())
+        );
+        for bad in ["", "watched now\n", "Watched\n", "refused", "accepted\n"] {
+            assert!(
+                matches!(PrologWord::parse(bad), PrologWord::Refused(_)),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn node_facts_read_back_what_was_written_and_nothing_else() {

@@ -36,6 +36,9 @@ pub trait StepSources {
     fn job_record(&self) -> Result<JobRecord, String>;
     /// The size of these GPUs (the smallest) from the inventory the node's watchdogs keep.
     fn gpu_total(&self, runtime_dir: &Path, gpus: &[String]) -> Option<u64>;
+    /// Whether the job prolog left its word on the job in `runtime_dir` ([`node_files::PROLOG_FILE`]):
+    /// it does for every job with GPUs on this node, before any step.
+    fn prolog_word_here(&self, runtime_dir: &Path) -> bool;
 }
 
 /// The step as slurmstepd knows it: from the job credential, but the option value.
@@ -92,12 +95,17 @@ impl StepDecision {
 struct Slurmctld<'s, S> {
     sources: &'s S,
     answer: OnceCell<Result<JobRecord, String>>,
+    /// Whether the job may be asked about at all (see [`decide_step`]).
+    allowed: bool,
 }
 
 impl<S: StepSources> Slurmctld<'_, S> {
     fn record(&self) -> Result<&JobRecord, &str> {
         self.answer
-            .get_or_init(|| self.sources.job_record())
+            .get_or_init(|| match self.allowed {
+                true => self.sources.job_record(),
+                false => Err("not asked: the job prolog left no word on this node".to_string()),
+            })
             .as_ref()
             .map_err(String::as_str)
     }
@@ -106,15 +114,35 @@ impl<S: StepSources> Slurmctld<'_, S> {
 /// Decides the step: its identity, GPUs and shards from where each may be trusted, then
 /// [`admission::on_node`].
 pub fn decide_step(step: &Step, sources: &impl StepSources) -> StepDecision {
+    let config = step.policy.as_ref().ok();
+    let gpus = job_gpus(step, sources);
+    // A job the prolog left no word on has no GPU here (or no prolog ran for this run, and its
+    // tasks are refused where they start, for want of a watchdog): slurmctld is never asked for
+    // it, so a CPU-only step costs slurmctld nothing (review K5). An unusable policy (no runtime
+    // directory to look in) asks nothing either, and decides as the admin chose.
+    let job_here = step.is_batch()
+        || config.is_none_or(|config| sources.prolog_word_here(&config.enforcement.runtime_dir));
+    if !job_here && gpus.is_none() {
+        return StepDecision {
+            verdict: Ok(NodeVerdict {
+                quota: None,
+                note: "no GPU of the job on this node: no quota here".to_string(),
+                alarm: None,
+                lowered: None,
+            }),
+            status_file: None,
+            tuning: None,
+            problems: Vec::new(),
+        };
+    }
     let slurmctld = Slurmctld {
         sources,
         answer: OnceCell::new(),
+        allowed: job_here,
     };
-    let config = step.policy.as_ref().ok();
     let mut problems = Vec::new();
     let who = identity(step, &slurmctld, config, &mut problems);
     let shards = shards_on_node(step, &slurmctld, config, &mut problems);
-    let gpus = job_gpus(step, sources);
     let gpu_total = config
         .and_then(|config| sources.gpu_total(&config.enforcement.runtime_dir, gpus.as_deref().unwrap_or(&[])))
         .map(ByteSize::from_bytes);
@@ -381,6 +409,8 @@ mod tests {
         record: Option<JobRecord>,
         gpu_total: Option<u64>,
         squeues: Cell<u32>,
+        /// The job prolog left no word here (a job without GPUs on the node).
+        no_prolog_word: bool,
     }
 
     impl StepSources for Table {
@@ -399,6 +429,9 @@ mod tests {
         }
         fn gpu_total(&self, _: &Path, _: &[String]) -> Option<u64> {
             self.gpu_total
+        }
+        fn prolog_word_here(&self, _: &Path) -> bool {
+            !self.no_prolog_word
         }
     }
 
@@ -539,6 +572,36 @@ mod tests {
         assert!(decision.problems.is_empty());
         // No GPUs in the environment: no watchdog here, no status file.
         assert_eq!(decision.status_file, None);
+    }
+
+    #[test]
+    fn a_step_of_a_job_without_gpus_here_asks_slurmctld_nothing() {
+        // K5: a CPU-only job (no prolog word), under a policy with account rules and shards.
+        let cpu_only = Table {
+            record: Some(record("physics", 20, 0, "")),
+            no_prolog_word: true,
+            ..Table::default()
+        };
+        let policy = policy(BY_ACCOUNT);
+        for request in [None, Some("50G"), Some("banana")] {
+            let decision = decide(&policy, 0, request, &cpu_only);
+            assert_eq!(quota(&decision), None, "{request:?}");
+            assert_eq!(decision.status_file, None);
+        }
+        assert_eq!(cpu_only.squeues.get(), 0);
+        // GPUs in a step's environment without the prolog's word (forged, or no prolog ran): still
+        // nothing asked; the strictest cap, and the task is refused where it starts (no watchdog).
+        let forged = Table {
+            env: env(&[("SLURM_STEP_GPUS", "0")]),
+            record: Some(record("physics", 20, 0, "")),
+            no_prolog_word: true,
+            ..Table::default()
+        };
+        let decision = decide(&policy, 0, Some("30G"), &forged);
+        assert_eq!(quota(&decision), Some(30 * GIB));
+        assert!(decision.status_file.is_some());
+        assert!(decide(&policy, 0, Some("50G"), &forged).verdict.is_err());
+        assert_eq!(forged.squeues.get(), 0);
     }
 
     #[test]

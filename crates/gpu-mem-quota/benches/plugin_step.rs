@@ -66,6 +66,9 @@ impl StepSources for BatchStep {
     fn gpu_total(&self, _: &Path, _: &[String]) -> Option<u64> {
         Some(GPU_TOTAL.bytes())
     }
+    fn prolog_word_here(&self, _: &Path) -> bool {
+        true
+    }
 }
 
 fn batch_step<'a>(policy: &'a Policy, request: Option<&'a str>) -> Step<'a> {

@@ -16,6 +16,9 @@
 //!                                     facts on this node from slurmctld's record, as the watchdog
 //!                                     read it once at its start (gmq-core's `node_files::NodeFacts`), for the job's srun
 //!                                     steps, which would otherwise each ask slurmctld again
+//!     prolog                          root 0600, the job prolog's word on the job here (gmq-core's
+//!                                     `node_files::PrologWord`), read by each task (as root)
+//!                                     before it starts; a step (as the user) only sees it is there
 //!     record                          root 0600, the watchdog's record entry so far (AdminComment
 //!                                     format) while the AdminComment lacks it as it is now, read
 //!                                     by the plugin (root) when the batch script ends
@@ -37,7 +40,9 @@ use std::time::{Duration, Instant};
 
 use crate::attribute::{same_process, signal, ProcessIdentity};
 use crate::trusted_dir::TrustedDir;
-use gmq_core::node_files::{job_dir, NodeFacts, FACTS_FILE, INVENTORY_FILE, LOCK_FILE, PID_FILE};
+use gmq_core::node_files::{
+    job_dir, NodeFacts, PrologWord, FACTS_FILE, INVENTORY_FILE, LOCK_FILE, PID_FILE, PROLOG_FILE,
+};
 
 /// The mode of `<runtime_dir>` when we make it.
 const RUNTIME_DIR_MODE: u32 = 0o755;
@@ -203,6 +208,31 @@ pub fn gpu_total(runtime_dir: &Path, gpus: &[String]) -> Option<u64> {
             (gpus.is_empty() || gpus.iter().any(|g| g == index || g == uuid)).then_some(total)
         })
         .min()
+}
+
+/// Writes the job prolog's word on job `job_id`, making the job's directory.
+pub fn write_prolog_word(runtime_dir: &Path, job_id: u32, word: &PrologWord) -> io::Result<()> {
+    let dir = create_job_dir(runtime_dir, job_id)?;
+    crate::textfile::write_atomically_as(
+        &dir,
+        PROLOG_FILE,
+        &word.render(),
+        crate::textfile::Access::ROOT_ONLY,
+    )
+}
+
+/// The job prolog's word in the job directory `job_dir`; `None` where the prolog left none (it did
+/// not run for this run of the job, or the job has no GPUs here). Root only.
+pub fn read_prolog_word(job_dir: &Path) -> Option<PrologWord> {
+    fs::read_to_string(job_dir.join(PROLOG_FILE))
+        .ok()
+        .map(|text| PrologWord::parse(&text))
+}
+
+/// Whether the job prolog left its word on job `job_id` here: then the job has GPUs on this node.
+/// Anyone may ask (the file's name is known; its text is root's).
+pub fn prolog_word_here(runtime_dir: &Path, job_id: u32) -> bool {
+    fs::symlink_metadata(job_dir(runtime_dir, job_id).join(PROLOG_FILE)).is_ok_and(|m| m.is_file())
 }
 
 /// Job `job_id`'s [`NodeFacts`] as its watchdog kept them; `None` when there are none (no watchdog

@@ -19,9 +19,10 @@ use std::time::Duration;
 
 use super::handle::Spank;
 use super::{log, options};
-use gmq_core::admission;
 use gmq_core::config;
-use gmq_core::launch::{self, Params};
+use gmq_core::job_start::{self, JobStart};
+use gmq_core::launch::{self, Params, Provisional};
+use gmq_core::node_files::PrologWord;
 use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
@@ -67,10 +68,11 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
     let policy = config::load_for_job(&args.config, args.on_config_error);
     let config = match &policy {
         Ok(config) => config,
+        // The steps read the same policy and decide as the admin chose: refused, or unmonitored.
         Err(e) => {
             log::error(&format!(
-                "job {job_id}: no watchdog: the policy is unusable ({})",
-                e.error
+                "job {job_id}: no watchdog: the policy is unusable ({}, on_config_error = {})",
+                e.error, e.mode
             ));
             return Ok(());
         }
@@ -81,23 +83,41 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
         user: Some(user),
         account: slurmd_var("SLURM_JOB_ACCOUNT"),
         partition: slurmd_var("SLURM_JOB_PARTITION"),
-        // In the credential from 25.11 on; before, the watchdog checks the cap with slurmctld's.
+        // In the prolog's environment from 26.05 on; before, `job_start` decides for every QOS
+        // the job may have, and the watchdog again with slurmctld's.
         qos: slurmd_var("SLURM_JOB_QOS"),
     };
     let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
     let runtime_dir = &config.enforcement.runtime_dir;
     let gpu_total = runtime::gpu_total(runtime_dir, &gpus).map(ByteSize::from_bytes);
     // Shards are not in the credential: the watchdog holds the job to them (slurmctld's record).
-    let verdict = match admission::on_node(request.as_deref(), &policy, &who, gpu_total, None) {
-        Ok(verdict) => verdict,
-        Err(refusal) => {
-            log::verbose(&format!(
-                "job {job_id}: no watchdog: the job's tasks are refused ({refusal})"
+    let start = job_start::at_job_start(request.as_deref(), &policy, &who, gpu_total);
+    // Whatever was decided, a watchdog of the job's previous run must not outlive this one's
+    // start (at its exit it removes the job's directory, and with it this run's word).
+    stop_earlier_run(job_id, runtime_dir);
+    let (verdict, settled) = match start {
+        JobStart::Watch { verdict, settled } => (verdict, settled),
+        JobStart::Refuse(refusal) => {
+            log::error(&format!(
+                "job {job_id}: every task of the job on this node is refused: {refusal}"
             ));
+            if let Err(e) = runtime::write_prolog_word(runtime_dir, job_id, &PrologWord::Refused(refusal)) {
+                // Without the word each task finds no watchdog, and is refused for that.
+                log::error(&format!("job {job_id}: cannot write the prolog's word: {e}"));
+            }
+            return Ok(());
+        }
+        JobStart::Unwatched(why) => {
+            log::error(&format!("job {job_id}: no watchdog: {why}"));
             return Ok(());
         }
     };
-    stop_earlier_run(job_id, runtime_dir);
+    if let Err(e) = runtime::write_prolog_word(runtime_dir, job_id, &PrologWord::Watched) {
+        log::error(&format!(
+            "job {job_id}: cannot write the prolog's word ({e}): the job's tasks here will be refused"
+        ));
+        return Ok(());
+    }
     let params = Params {
         job_id,
         uid,
@@ -107,6 +127,9 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
         config: args.config.clone(),
         preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
         sluid: job_sluid(job_id),
+        provisional: (!settled).then(|| Provisional {
+            request: request.clone(),
+        }),
     };
     log::verbose(&format!(
         "job {job_id}: starting its watchdog here (GPU(s) {}, {})",
@@ -126,7 +149,8 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
             launch::slurmd_var_value(slurmd.pid, slurmd.start_time)
         ));
     }
-    // A failure to start the watchdog must not fail the prolog: logged, the job runs unwatched.
+    // A failure to start the watchdog must not fail the prolog: logged; the job's tasks here find
+    // no watchdog and are refused.
     if let Err(e) = spawn::spawn_detached(&args.watchdog, &params.to_args(), &env) {
         log::error(&format!(
             "job {job_id}: cannot start the watchdog {}: {e}",

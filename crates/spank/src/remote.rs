@@ -3,9 +3,9 @@
 //! - `user_init` (once per step, in slurmstepd): decide the step's quota from the option value, the
 //!   policy and the job's identity. It never fails: a failed `user_init` makes slurmd report
 //!   "could not execve job" and drain the node.
-//! - `task_init_privileged` (the step's first task child on the node, as root): say so where no
-//!   watchdog of the job runs here.
-//! - `task_init` (each task's child, as the user, just before exec): apply the decision: write the
+//! - `task_init_privileged` (each task's child, as root): whether the job may run here: the job
+//!   prolog's word, and its watchdog running.
+//! - `task_init` (each task's child, as the user, just before exec): apply the decisions: write the
 //!   environment, or fail the task (exit code 1) with the reason.
 //! - `exit` of the batch step (the batch script ended): write the run's final record.
 //!
@@ -18,8 +18,7 @@
 use std::cell::OnceCell;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use super::handle::Spank;
@@ -27,7 +26,7 @@ use super::{log, options};
 use gmq_core::config;
 use gmq_core::controller::{record_entry, AdminComment, ControlError, Controller};
 use gmq_core::node_files;
-use gmq_core::node_files::NodeFacts;
+use gmq_core::node_files::{NodeFacts, PrologWord};
 use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
 use gmq_core::slurm_text::JobRecord;
 use gmq_core::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
@@ -71,39 +70,65 @@ pub(crate) fn user_init(spank: &Spank) -> Result<(), String> {
     Ok(())
 }
 
-/// Set in the child of the step's first task on this node when no watchdog of the job runs here.
-static UNWATCHED: AtomicBool = AtomicBool::new(false);
+/// Why this task may not start, found in its child (as root) before `task_init` (as the user).
+static REFUSED: OnceLock<String> = OnceLock::new();
 
-/// How long the first task waits for the job's watchdog to show itself: the job prolog, which
-/// started it detached, has returned before any step starts, and it writes its pid file at once.
+/// How long a task waits for the job's watchdog to show itself: the job prolog, which started it
+/// detached, has returned before any step starts, and it writes its pid file at once.
 const WATCHDOG_START_WAIT: Duration = Duration::from_secs(2);
 
-/// The step's first task child on this node, as root, before `task_init`: whether the job's
-/// watchdog that the job prolog was to start runs here. Where none does (it died, or Slurm ran
-/// no job prolog: a slurmd that restarted under the job's earlier run takes the restart's steps
-/// for that run's), nothing enforces the quota here, and the node's log and the job's output say
-/// so. Here and not in `user_init`, which runs with the user's privileges and cannot read the
-/// watchdog's pid file. Never fails the task.
+/// Each task's child, as root, before `task_init`: whether the job may run here. Only where the
+/// job prolog said it started the job's watchdog, and that watchdog runs: a refused request, a
+/// dead watchdog, or a run for which Slurm ran no prolog here (a slurmd that restarted under the
+/// job's earlier run takes the restart's steps for that run's) refuses the task, rather than
+/// running it unwatched (review K1). Here and not in `user_init`, which runs with the user's
+/// privileges and cannot read the job's files. Never fails itself: `task_init` refuses the task.
 pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
-    if spank.task_local_id().map_err(|e| e.to_string())? != 0 {
-        return Ok(());
-    }
     let Some(plan) = step_plan() else {
         return Ok(());
     };
     let Some(dir) = plan.decision.watchdog_dir() else {
         return Ok(());
     };
-    if !runtime::watchdog_runs(Path::new("/proc"), dir, WATCHDOG_START_WAIT) {
-        UNWATCHED.store(true, Ordering::Relaxed);
+    let Some(refusal) = refusal_here(dir) else {
+        return Ok(());
+    };
+    // Once per step and node in slurmd's log; each task says it in the job's output.
+    if spank.task_local_id().map_err(|e| e.to_string())? == 0 {
         log::error(&format!(
-            "job {}: no watchdog of the job runs on this node: the quota is not enforced here \
-             for this run (the job prolog's lines say whether it started one; a slurmd that \
-             restarted under the job's earlier run runs no prolog for the restart)",
-            job_label(spank)
+            "job {}: refusing the step's tasks on node {}: {refusal}",
+            job_label(spank),
+            gmq_node::slurmctl::this_node()
         ));
     }
+    let _ = REFUSED.set(refusal);
     Ok(())
+}
+
+/// Why the job's tasks may not start on this node, from the job's directory there; `None`: they may.
+fn refusal_here(job_dir: &Path) -> Option<String> {
+    match runtime::read_prolog_word(job_dir) {
+        Some(PrologWord::Refused(why)) => Some(format!(
+            "the job prolog refused the job's request on this node: {why}"
+        )),
+        Some(PrologWord::Watched)
+            if runtime::watchdog_runs(Path::new("/proc"), job_dir, WATCHDOG_START_WAIT) =>
+        {
+            None
+        }
+        Some(PrologWord::Watched) => Some(
+            "no watchdog of the job runs on this node (it has died, or could not start): its GPU \
+             memory quota cannot be enforced here"
+                .to_string(),
+        ),
+        None => Some(
+            "the job prolog left no word on this node, and started no watchdog: it did not run \
+             for this run of the job (a slurmd that restarted under the job's earlier run takes \
+             the restart's steps for that run's), or could not write it (the node's slurmd log \
+             says); the job's GPU memory quota cannot be enforced here"
+                .to_string(),
+        ),
+    }
 }
 
 pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
@@ -115,6 +140,9 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
         .verdict
         .as_ref()
         .map_err(|refusal| format!("job {job}: refusing to start the task: {refusal}"))?;
+    if let Some(refusal) = REFUSED.get() {
+        return Err(format!("job {job}: refusing to start the task: {refusal}"));
+    }
     let sources = FromSlurm::new(spank)?;
     let mut hints = plan.restart_hints.clone();
     // The batch step's hints are decided here, in its one task, where slurmd's
@@ -130,16 +158,6 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
             std::io::stderr(),
             "{}: job {job}: {lowered}",
             gmq_node::PLUGIN_NAME
-        );
-    }
-    // Once per node of the step: it is this node's (see task_init_privileged).
-    if UNWATCHED.load(Ordering::Relaxed) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "{}: job {job}: no watchdog on node {}: the GPU memory quota is not enforced there \
-             for this run (the node's slurmd log says why)",
-            gmq_node::PLUGIN_NAME,
-            gmq_node::slurmctl::this_node()
         );
     }
     let (set, unset) = step::task_env(&plan.decision, verdict, &sources, &hints);
@@ -214,6 +232,10 @@ impl StepSources for FromSlurm<'_> {
     fn gpu_total(&self, runtime_dir: &Path, gpus: &[String]) -> Option<u64> {
         // The real GPU size, from the inventory the node's watchdogs keep (no NVML in slurmstepd).
         runtime::gpu_total(runtime_dir, gpus)
+    }
+
+    fn prolog_word_here(&self, runtime_dir: &Path) -> bool {
+        runtime::prolog_word_here(runtime_dir, self.job_id)
     }
 }
 

@@ -11,7 +11,7 @@
 
 pub(crate) mod params;
 
-pub use params::Params;
+pub use params::{Params, Provisional};
 
 /// The watchdog's environment variable naming the slurmd that ran the job prolog which started
 /// it, as `PID:START_TIME` (`/proc/PID/stat`'s field 22). In the environment, not on the command

@@ -26,6 +26,16 @@ pub struct Params {
     /// The job's SLUID (slurmd's `SLURM_JOB_SLUID`, 25.11 on): the name of its cgroup/v2 directory
     /// on 26.05. `None` before 25.11.
     pub sluid: Option<Sluid>,
+    /// The job prolog lacked a fact its decision needs (the QOS before 26.05): `quota` holds until
+    /// the watchdog has slurmctld's record, then it decides again from `request` (the job's
+    /// `--gpu-mem-quota` value as the prolog had it, already checked there) and the record.
+    pub provisional: Option<Provisional>,
+}
+
+/// See [`Params::provisional`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisional {
+    pub request: Option<String>,
 }
 
 impl Params {
@@ -39,6 +49,8 @@ impl Params {
         Opt::value("quota-bytes"),
         Opt::flag("preemptible"),
         Opt::value("sluid"),
+        Opt::flag("provisional"),
+        Opt::value("request"),
     ];
 
     pub fn to_args(&self) -> Vec<String> {
@@ -58,6 +70,12 @@ impl Params {
         }
         if let Some(sluid) = self.sluid {
             argv.push(format!("--sluid={sluid}"));
+        }
+        if let Some(provisional) = &self.provisional {
+            argv.push("--provisional".to_string());
+            if let Some(request) = &provisional.request {
+                argv.push(format!("--request={request}"));
+            }
         }
         argv
     }
@@ -105,6 +123,9 @@ impl Params {
             config,
             preemptible: p.flag("preemptible"),
             sluid,
+            provisional: p.flag("provisional").then(|| Provisional {
+                request: p.value("request").map(str::to_string),
+            }),
         })
     }
 }
@@ -124,12 +145,16 @@ mod tests {
             config: PathBuf::from("/etc/slurm/gpu-mem-quota.toml"),
             preemptible: true,
             sluid: Sluid::parse("s0K2Q6ZC8M4T00"),
+            provisional: Some(Provisional {
+                request: Some("20G".into()),
+            }),
         };
         let argv = params.to_args();
         assert!(argv.contains(&"--sluid=s0K2Q6ZC8M4T00".to_string()), "{argv:?}");
         assert_eq!(Params::from_args(&argv[1..]), Ok(params.clone()));
         let before_25_11 = Params {
             sluid: None,
+            provisional: Some(Provisional { request: None }),
             ..params
         };
         let argv = before_25_11.to_args();

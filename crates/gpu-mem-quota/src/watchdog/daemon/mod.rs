@@ -36,7 +36,7 @@ use edges::{
 use gmq_core::admission;
 use gmq_core::config;
 use gmq_core::controller::{ControlError, Controller, JobState};
-use gmq_core::launch::{self, Params};
+use gmq_core::launch::{self, Params, Provisional};
 use gmq_core::node_files;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
@@ -186,13 +186,21 @@ impl Daemon {
         let quota = match (&record, &source) {
             (Ok(record), Some(source)) => {
                 let who = Identity::named(&user, &record.account, &record.partition, &record.qos);
-                let (quota, said) = admission::held_by_watchdog(
-                    &policy,
-                    params.quota,
-                    &who,
-                    record.shards_on(&node),
-                    source.gpu_total().map(ByteSize::from_bytes),
-                );
+                let gpu_total = source.gpu_total().map(ByteSize::from_bytes);
+                let given = match &params.provisional {
+                    Some(provisional) => settle(
+                        &policy,
+                        provisional,
+                        &who,
+                        gpu_total,
+                        params.quota,
+                        &dir,
+                        &mut reporter,
+                    ),
+                    None => params.quota,
+                };
+                let (quota, said) =
+                    admission::held_by_watchdog(&policy, given, &who, record.shards_on(&node), gpu_total);
                 for line in said {
                     reporter.warning(&line);
                 }
@@ -619,6 +627,52 @@ impl Daemon {
 }
 
 /// The slurmd the job prolog named ([`launch::SLURMD_VAR`]), if it did.
+/// The job prolog could not know the job's QOS (before 26.05) and gave a provisional quota: decided
+/// again here, as the job's steps decide, from the job's request and slurmctld's record (`who`).
+/// A request that the job's real QOS refuses keeps the provisional quota (the strictest accepted
+/// for any QOS) and leaves the refusal as the prolog's word, so that every later task of the job
+/// here is refused too (its steps refuse their tasks on their own as well).
+fn settle(
+    policy: &config::Config,
+    provisional: &Provisional,
+    who: &Identity,
+    gpu_total: Option<ByteSize>,
+    quota: Option<ByteSize>,
+    dir: &Path,
+    report: &mut LogReporter,
+) -> Option<ByteSize> {
+    let qos = who.qos.as_deref().unwrap_or("");
+    let policy = Ok(policy.clone());
+    match admission::on_node(provisional.request.as_deref(), &policy, who, gpu_total, None) {
+        Ok(verdict) => {
+            report.info(&format!(
+                "the job's QOS '{}' from slurmctld: {}",
+                qos.escape_debug(),
+                verdict.note
+            ));
+            verdict.quota
+        }
+        Err(refusal) => {
+            report.error(&format!(
+                "the job's QOS '{}' from slurmctld refuses its request ({refusal}): its tasks here \
+                 are refused; the quota stays {}",
+                qos.escape_debug(),
+                quota.map_or("none".to_string(), |q| q.to_string())
+            ));
+            let word = node_files::PrologWord::Refused(refusal).render();
+            if let Err(e) = textfile::write_atomically_as(
+                dir,
+                node_files::PROLOG_FILE,
+                &word,
+                textfile::Access::ROOT_ONLY,
+            ) {
+                report.error(&format!("cannot leave the refusal in {}: {e}", dir.display()));
+            }
+            quota
+        }
+    }
+}
+
 fn slurmd_from_env() -> Option<ProcessIdentity> {
     let text = std::env::var(launch::SLURMD_VAR).ok()?;
     let (pid, start_time) = launch::parse_slurmd_var(&text)?;
