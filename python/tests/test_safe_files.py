@@ -1,12 +1,39 @@
 """Security review K8, performed as another member of a group-writable project directory would: a
-checkpoint planted there that runs code when loaded (no torch except where named)."""
+symlink planted at the name the package used to write aside, and a checkpoint that runs code (no torch
+except where named)."""
 
+import json
+import os
 import pickle
+import stat
 from pathlib import Path
 
 import pytest
 
-from gpu_mem_quota import RequeueCheckpoint
+from gpu_mem_quota import AllocatorSnapshot, BatchGeometry, GeometryFile, RequeueCheckpoint, TelemetryWriter
+from gpu_mem_quota._files import replacing
+
+SNAPSHOT = AllocatorSnapshot(1, 2, 3, 4, 0, 0)
+
+
+def write_claim(path: Path) -> None:
+    """The dev cluster's fake-GPU claim file, in a directory everyone can write (mode 1777)."""
+    torch = pytest.importorskip("torch")
+    from gpu_mem_quota.testing import MemoryBudget
+
+    model = torch.nn.Linear(3, 2)
+    MemoryBudget(1 << 20, model, torch.optim.SGD(model.parameters(), lr=0.1), claim_file=path).begin_micro_step()
+
+
+# The file each writer writes, and the fixed temporary name every version before K8 wrote through.
+WRITERS = {
+    "checkpoint": ("state.json", ".state.json.tmp", lambda path: RequeueCheckpoint(path).save({"step": 1})),
+    "geometry file": ("geometry.json", ".geometry.json.tmp",
+                      lambda path: GeometryFile(path).save(BatchGeometry(2, 4), False)),
+    "telemetry": ("gpu-mem-quota-telemetry.12.0.json", ".gpu-mem-quota-telemetry.12.0.json.tmp",
+                  lambda path: TelemetryWriter(path).write(SNAPSHOT)),
+    "fake-GPU claim": ("4242", "4242.tmp", write_claim),
+}
 
 
 class RunsCode:
@@ -17,6 +44,54 @@ class RunsCode:
 
     def __reduce__(self):
         return open, (str(self.marker), "w")
+
+
+@pytest.mark.parametrize("writer", WRITERS, ids=list(WRITERS))
+def test_a_symlink_planted_at_the_old_temporary_name_is_never_written_through(tmp_path, writer):
+    name, old_temporary, write = WRITERS[writer]
+    victim = tmp_path / "victim" / ".bashrc"
+    victim.parent.mkdir()
+    victim.write_text("the victim's own\n")
+    shared = tmp_path / "project"
+    shared.mkdir()
+    planted = shared / old_temporary
+    planted.symlink_to(victim)
+
+    write(shared / name)
+
+    assert victim.read_text() == "the victim's own\n"
+    assert planted.is_symlink() and json.loads((shared / name).read_text())
+    assert sorted(p.name for p in shared.iterdir()) == sorted([name, planted.name])  # no temporary left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    target = tmp_path / "state.json"
+    target.write_text("old\n")
+    with pytest.raises(RuntimeError):
+        with replacing(target) as f:
+            f.write(b"half of the new")
+            raise RuntimeError("killed mid-save")
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_non_json_state_fails_at_save_and_keeps_the_previous_checkpoint(tmp_path):
+    checkpoint = RequeueCheckpoint(tmp_path / "state.json")
+    checkpoint.save({"step": 1})
+    with pytest.raises(TypeError, match="for_torch"):
+        checkpoint.save({"step": 2, "seen": {1, 2}})
+    assert checkpoint.load() == {"step": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_the_new_file_gets_the_umask_permissions_not_mkstemps_0600(tmp_path):
+    old = os.umask(0o027)
+    try:
+        with replacing(tmp_path / "state.json") as f:
+            f.write(b"{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o640
 
 
 def test_a_planted_pickle_checkpoint_is_refused_by_default_and_runs_nothing(tmp_path):

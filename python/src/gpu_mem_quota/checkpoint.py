@@ -18,12 +18,12 @@ with `scontrol requeue` and `scancel`; `tests/e2e/torch_job.rs`).
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import signal
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional, Tuple, Union
 
+from ._files import replacing
 from .geometry import BatchGeometry
 
 
@@ -81,12 +81,8 @@ class RequeueCheckpoint:
 
     def save(self, state: Any) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with tmp.open("wb") as f:
+        with replacing(self.path, fsync=True) as f:
             self._dump(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
 
     def at_step_boundary(self, state: Callable[[], Any]) -> bool:
         """Call between optimizer steps. Saves `state()` if a signal came; True when it was SIGTERM,
@@ -124,10 +120,9 @@ class GeometryFile:
 
     def save(self, geometry: BatchGeometry, activation_checkpointing: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"micro": geometry.micro, "accum": geometry.accum,
-                                   "activation_checkpointing": activation_checkpointing}) + "\n")
-        os.replace(tmp, self.path)
+        with replacing(self.path) as f:
+            f.write(json.dumps({"micro": geometry.micro, "accum": geometry.accum,
+                                "activation_checkpointing": activation_checkpointing}).encode() + b"\n")
 
     def load(self) -> Optional[Tuple[BatchGeometry, bool]]:
         """The saved geometry and checkpointing flag; None on a first run. A broken file is an error
