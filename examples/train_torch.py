@@ -89,23 +89,24 @@ def main() -> None:
     model = SmallLM(args.width, args.blocks).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
 
-    checkpoint = RequeueCheckpoint(args.checkpoint, dump=torch.save,
-                                   load=lambda f: torch.load(f, weights_only=False)).install()
+    # weights_only: the checkpoint holds tensors and plain values, so loading it runs no code.
+    checkpoint = RequeueCheckpoint.for_torch(args.checkpoint).install()
     state = checkpoint.load()
     if state:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         log_to_stderr(f"resumed at step {state['step']}/{args.steps}")
     first_step = state["step"] if state else 0
+    resumed = BatchGeometry(*state["geometry"]) if state else None
 
     if args.simulate_budget:
         memory = MemoryBudget(args.simulate_budget, model, optimizer,
                               claim_file=fake_gpu_claim_file() if args.fake_gpu else None)
-        controller = BatchController.from_environment(args.batch, resumed=state and state["geometry"],
+        controller = BatchController.from_environment(args.batch, resumed=resumed,
                                                       device_bytes=args.simulate_budget, context_reserve_bytes=0)
     else:
         memory = CudaMemory(device)
-        controller = BatchController.from_environment(args.batch, resumed=state and state["geometry"],
+        controller = BatchController.from_environment(args.batch, resumed=resumed,
                                                       device_bytes=memory.total_bytes())
 
     def loss_of(tokens: torch.Tensor) -> torch.Tensor:
@@ -117,7 +118,7 @@ def main() -> None:
 
     def progress(step: int) -> dict:
         return {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "geometry": controller.geometry}
+                "geometry": (controller.geometry.micro, controller.geometry.accum)}
 
     loss = float("nan")
     # The budget counts what autograd saves only inside its context; the CUDA allocator needs none.

@@ -19,7 +19,7 @@ def restore_signals():
 
 
 def test_sigusr1_saves_at_the_next_boundary_and_the_loop_goes_on(tmp_path, restore_signals):
-    checkpoint = RequeueCheckpoint(tmp_path / "ckpt" / "state.pkl").install()
+    checkpoint = RequeueCheckpoint(tmp_path / "ckpt" / "state.json").install()
     assert checkpoint.load() is None
     assert not checkpoint.at_step_boundary(lambda: {"step": 1})  # nothing came: nothing saved
     assert checkpoint.load() is None
@@ -29,12 +29,12 @@ def test_sigusr1_saves_at_the_next_boundary_and_the_loop_goes_on(tmp_path, resto
 
 
 def test_sigterm_saves_and_says_stop_even_after_a_later_warning(tmp_path, restore_signals):
-    checkpoint = RequeueCheckpoint(tmp_path / "state.pkl").install()
+    checkpoint = RequeueCheckpoint(tmp_path / "state.json").install()
     os.kill(os.getpid(), signal.SIGTERM)
     os.kill(os.getpid(), signal.SIGUSR1)
     assert checkpoint.at_step_boundary(lambda: {"step": 7})
-    assert RequeueCheckpoint(tmp_path / "state.pkl").load() == {"step": 7}
-    assert [p.name for p in tmp_path.iterdir()] == ["state.pkl"]  # no temporary file left
+    assert RequeueCheckpoint(tmp_path / "state.json").load() == {"step": 7}
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no temporary file left
 
 
 def test_the_geometry_file_round_trips_and_refuses_garbage(tmp_path):

@@ -6,6 +6,9 @@ action would end the process. The handlers here only note the signal: the state 
 step boundary, where it is consistent, so a step must be shorter than KillWait for a SIGTERM save to
 make it. The file is written aside and renamed, so a kill mid-save leaves the previous checkpoint.
 
+The state is JSON by default, or tensors through `RequeueCheckpoint.for_torch` (`weights_only=True`):
+loading a pickle runs code, so pickle is an opt-in (`allow_pickle=True`) for files no one else can write.
+
 The batch script must `exec` the training process (or start it with `srun`): Slurm signals every
 process of the batch step, and a shell waiting for its child dies of the SIGTERM at once; the step
 has then ended and Slurm kills what is left of it with SIGKILL, KillWait or not (seen on Slurm 22.05
@@ -15,23 +18,47 @@ with `scontrol requeue` and `scancel`; `tests/e2e/torch_job.rs`).
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import signal
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional, Tuple, Union
 
+from ._files import replacing
 from .geometry import BatchGeometry
 
 
 class RequeueCheckpoint:
-    def __init__(self, path: Union[str, Path], dump: Callable[[Any, BinaryIO], None] = pickle.dump,
-                 load: Callable[[BinaryIO], Any] = pickle.load) -> None:
-        """`dump` and `load` write and read one object to and from a binary file: pickle by default,
-        `torch.save` and `torch.load` for tensors."""
+    def __init__(self, path: Union[str, Path], dump: Optional[Callable[[Any, BinaryIO], None]] = None,
+                 load: Optional[Callable[[BinaryIO], Any]] = None, *, allow_pickle: bool = False) -> None:
+        """`dump` and `load` write and read one object to and from a binary file. By default the
+        state is JSON: dicts, lists, strings, numbers, booleans and None, and loading it runs nothing.
+        For tensors and state dicts, `RequeueCheckpoint.for_torch(path)`.
+
+        A pickled checkpoint is code: loading one runs whatever its file says, so whoever can write
+        the file (or the directory it is in: a group's project directory) runs code in your job.
+        `allow_pickle=True` saves and loads any object with pickle; use it only where no one else can
+        write. A `load` of your own (`torch.load` before 2.6, say) may unpickle too: that is yours."""
+        if (dump is None) != (load is None):
+            raise TypeError("dump and load go together")
+        if allow_pickle and dump is not None:
+            raise TypeError("allow_pickle chooses pickle: give it without dump and load")
         self.path = Path(path)
-        self._dump, self._load = dump, load
+        if dump is not None:
+            self._dump, self._load = dump, load
+        elif allow_pickle:
+            self._dump, self._load = pickle.dump, pickle.load
+        else:
+            self._dump, self._load = _dump_json, _load_json
         self.pending: Optional[signal.Signals] = None
+
+    @classmethod
+    def for_torch(cls, path: Union[str, Path], *, allow_pickle: bool = False) -> "RequeueCheckpoint":
+        """`torch.save`, and `torch.load` with `weights_only=True`: tensors, state dicts, and plain
+        containers, numbers and strings load; any other object is refused, not unpickled.
+        `allow_pickle=True` loads any object (`weights_only=False`), which runs the code the file holds."""
+        import torch  # here, not at the top: the package's core is standard library only
+
+        return cls(path, torch.save, lambda f: torch.load(f, weights_only=not allow_pickle))
 
     def install(self, signals: tuple = (signal.SIGUSR1, signal.SIGTERM)) -> "RequeueCheckpoint":
         """Handle these signals (from the main thread, as Python requires)."""
@@ -54,12 +81,8 @@ class RequeueCheckpoint:
 
     def save(self, state: Any) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with tmp.open("wb") as f:
+        with replacing(self.path, fsync=True) as f:
             self._dump(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
 
     def at_step_boundary(self, state: Callable[[], Any]) -> bool:
         """Call between optimizer steps. Saves `state()` if a signal came; True when it was SIGTERM,
@@ -71,6 +94,23 @@ class RequeueCheckpoint:
         return received == signal.SIGTERM
 
 
+def _dump_json(state: Any, f: BinaryIO) -> None:
+    try:
+        text = json.dumps(state)
+    except TypeError as error:  # at the first save, not a surprise at a requeue much later
+        raise TypeError(f"{error}: a RequeueCheckpoint holds JSON by default; for tensors use "
+                        "RequeueCheckpoint.for_torch") from None
+    f.write(text.encode() + b"\n")
+
+
+def _load_json(f: BinaryIO) -> Any:
+    try:
+        return json.loads(f.read())
+    except ValueError as error:
+        raise ValueError(f"{f.name}: not a JSON checkpoint ({error}); one written with pickle loads only "
+                         "with allow_pickle=True, which runs the code it holds") from None
+
+
 class GeometryFile:
     """The geometry a run ended with, for frameworks that take a new micro-batch only at a restart
     (Lightning, the Hugging Face Trainer, DeepSpeed): written next to their checkpoint, read at start."""
@@ -80,10 +120,9 @@ class GeometryFile:
 
     def save(self, geometry: BatchGeometry, activation_checkpointing: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"micro": geometry.micro, "accum": geometry.accum,
-                                   "activation_checkpointing": activation_checkpointing}) + "\n")
-        os.replace(tmp, self.path)
+        with replacing(self.path) as f:
+            f.write(json.dumps({"micro": geometry.micro, "accum": geometry.accum,
+                                "activation_checkpointing": activation_checkpointing}).encode() + b"\n")
 
     def load(self) -> Optional[Tuple[BatchGeometry, bool]]:
         """The saved geometry and checkpointing flag; None on a first run. A broken file is an error

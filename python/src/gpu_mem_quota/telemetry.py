@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ._files import replacing
 from .controller import BatchController
 
 TELEMETRY_VERSION = 1
@@ -59,10 +60,8 @@ class TelemetryWriter:
             "allocator": {**asdict(snapshot), "fragmentation": round(snapshot.fragmentation, 4)},
             "controller": None if controller is None else _controller_state(controller),
         }
-        # Written aside, then renamed: a reader sees the old file or the new one, never half of one.
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(document, indent=2) + "\n")
-        os.replace(tmp, self.path)
+        with replacing(self.path) as f:
+            f.write(json.dumps(document, indent=2).encode() + b"\n")
 
 
 def _controller_state(controller: BatchController) -> dict:

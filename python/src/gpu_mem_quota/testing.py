@@ -27,6 +27,7 @@ from typing import Dict, Mapping, Optional, Tuple
 import torch
 from torch import nn
 
+from ._files import replacing
 from .telemetry import AllocatorSnapshot
 
 
@@ -103,9 +104,8 @@ class MemoryBudget:
             return
         self._reserved = nbytes
         if self.claim_file is not None:
-            tmp = self.claim_file.with_name(f"{self.claim_file.name}.tmp")
-            tmp.write_text(f"{nbytes}\n")
-            os.replace(tmp, self.claim_file)
+            with replacing(self.claim_file) as f:  # the procs directory is everyone's (mode 1777)
+                f.write(f"{nbytes}\n".encode())
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
