@@ -27,8 +27,10 @@ Sizes use Slurm's syntax (40G = 40 GiB; a bare number is MiB). See docs/HINTS.md
 """
 
 import argparse
+import contextlib
 import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -50,7 +52,10 @@ class Progress:
     benchmark can tell what each run did and what a restart redid. A no-op without the option."""
 
     def __init__(self, path):
-        self.file = open(path, "a") if path else None
+        # O_NOFOLLOW: the file may be in a directory every job writes (a benchmark's progress/), where
+        # a symlink planted at its name must not have this job append to someone else's file (K8).
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.file = os.fdopen(os.open(path, flags, 0o666), "a") if path else None
 
     def __call__(self, event, **fields):
         if self.file:
@@ -94,6 +99,28 @@ def env_float(name):
         return None
 
 
+# --- writing a file ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def replacing(path):
+    """A new text file that replaces `path` when the block ends without an error, removed when it does
+    not. It is created beside `path` under a random name with O_EXCL|O_NOFOLLOW: in a directory others
+    can write (a project's, or the fake GPU's world-writable procs/) a symlink or file planted at a name
+    we would write is never opened (security review K8; gpu_mem_quota._files.replacing, which this
+    stdlib-only script cannot import). Mode 0666 less the umask, as open() would give."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        with os.fdopen(fd, "w") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 # --- checkpoint ---------------------------------------------------------------------------------------
 
 def load_checkpoint(path):
@@ -106,12 +133,10 @@ def load_checkpoint(path):
 
 def save_checkpoint(path, state):
     # Write-then-rename: a kill in the middle never leaves a torn checkpoint behind.
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    with replacing(path) as f:
         json.dump(state, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # --- the hints and the status file ---------------------------------------------------------------------
@@ -188,10 +213,8 @@ class FakeGpu:
             if code != 0:
                 raise OSError(f"fakeNvmlClaim answered NVML error {code}")
             return True
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
+        with replacing(self.path) as f:
             f.write(f"{int(nbytes)}\n")
-        os.replace(tmp, self.path)
         return True
 
     def release(self):
