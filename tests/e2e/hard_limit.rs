@@ -187,3 +187,47 @@ fn switched_off_by_the_policy_the_watchdog_enforces_and_the_log_says_so() {
     );
     assert!(!log.contains(&format!("job {job}: hard limit in force")), "{log}");
 }
+
+/// The hard limit is in force before the job's first task runs (issue 39): the task waits for the
+/// watchdog's word on it. A job whose first command claims past its quota, within its first
+/// milliseconds, is refused by the driver's limit; within the quota it is granted. The wait is the
+/// bound the task's start pays, from slurmd's log.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn the_hard_limit_is_in_force_before_the_first_task_runs() {
+    let _policy = install_policy(&policy());
+    let dir = user_dir("hard-limit-first");
+    let client = client(&dir);
+    let script = format!(
+        "GPU=${{SLURM_JOB_GPUS%%,*}}; {client} claim $GPU 18; {client} claim $GPU 12; {client} claim $GPU 0"
+    );
+    let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=16G"], &script);
+    assert!(
+        job.output.contains("claim 18 G: 20"),
+        "job {}: the first claim, past the quota, was not refused by the limit: {}",
+        job.id,
+        job.output
+    );
+    assert!(
+        job.output.contains("claim 12 G: 0"),
+        "job {}: {}",
+        job.id,
+        job.output
+    );
+    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    let waited = slurmd_log()
+        .lines()
+        .filter_map(|l| {
+            let (_, after) = l.split_once(&format!(
+                "job {}: the watchdog's word on the hard limit came ",
+                job.id
+            ))?;
+            after.split_once(" ms")?.0.parse::<u64>().ok()
+        })
+        .collect::<Vec<_>>();
+    assert!(!waited.is_empty(), "job {}: no wait line in slurmd.log", job.id);
+    eprintln!(
+        "hard limit before the first task: job {}: the task waited {waited:?} ms for it",
+        job.id
+    );
+}

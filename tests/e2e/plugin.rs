@@ -122,8 +122,16 @@ fn a_job_without_the_option_is_left_untouched() {
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn srun_and_salloc_carry_the_quota_too() {
     let _policy = install_policy(OPEN_POLICY);
-    let show = ["sh", "-c", "env | grep ^GPU_MEM_QUOTA | sort"];
-    let srun = as_user("srun", &[&["--gpu-mem-quota=8G"][..], &show].concat(), &[]);
+    let show = [
+        "sh",
+        "-c",
+        "env | grep ^GPU_MEM_QUOTA | grep -v STATUS_FILE | sort",
+    ];
+    let srun = as_user(
+        "srun",
+        &[&["--gres=gpu:1", "--gpu-mem-quota=8G"][..], &show].concat(),
+        &[],
+    );
     assert!(srun.status.success(), "{}", String::from_utf8_lossy(&srun.stderr));
     assert_eq!(
         String::from_utf8_lossy(&srun.stdout),
@@ -132,7 +140,7 @@ fn srun_and_salloc_carry_the_quota_too() {
 
     let salloc = as_user(
         "salloc",
-        &[&["--gpu-mem-quota=8G", "srun"][..], &show].concat(),
+        &[&["--gres=gpu:1", "--gpu-mem-quota=8G", "srun"][..], &show].concat(),
         &[],
     );
     assert!(
@@ -143,6 +151,16 @@ fn srun_and_salloc_carry_the_quota_too() {
     assert_eq!(
         String::from_utf8_lossy(&salloc.stdout),
         "GPU_MEM_QUOTA=8G\nGPU_MEM_QUOTA_BYTES=8589934592\n"
+    );
+
+    // A job with no GPU on the node has no quota there: its steps are told none (review K5: and
+    // ask slurmctld nothing).
+    let cpu_only = as_user("srun", &[&["--gpu-mem-quota=8G"][..], &show].concat(), &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&cpu_only.stdout),
+        "",
+        "{}",
+        String::from_utf8_lossy(&cpu_only.stderr)
     );
 }
 

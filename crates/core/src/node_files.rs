@@ -18,6 +18,11 @@ pub const FACTS_FILE: &str = "facts";
 /// GPUs here (a step of a job without asks slurmctld nothing).
 pub const PROLOG_FILE: &str = "prolog";
 
+/// The watchdog's word on the driver's hard limit for the job here (one line: what its log says),
+/// written once the limit is in force, or once the watchdog knows it will not be: each task of the
+/// job waits for it before it starts, so that nothing is allocated before the limit is set.
+pub const HARD_LIMIT_FILE: &str = "hard-limit";
+
 /// What the job prolog decided for the job on this node (`gmq_core::job_start`), as every task of
 /// the job finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,8 @@
 //!     prolog                          root 0600, the job prolog's word on the job here (gmq-core's
 //!                                     `node_files::PrologWord`), read by each task (as root)
 //!                                     before it starts; a step (as the user) only sees it is there
+//!     hard-limit                      root 0600, the watchdog's word on the driver's hard limit,
+//!                                     which each task waits for (as root) before it starts
 //!     record                          root 0600, the watchdog's record entry so far (AdminComment
 //!                                     format) while the AdminComment lacks it as it is now, read
 //!                                     by the plugin (root) when the batch script ends
@@ -41,7 +43,8 @@ use std::time::{Duration, Instant};
 use crate::attribute::{same_process, signal, ProcessIdentity};
 use crate::trusted_dir::TrustedDir;
 use gmq_core::node_files::{
-    job_dir, NodeFacts, PrologWord, FACTS_FILE, INVENTORY_FILE, LOCK_FILE, PID_FILE, PROLOG_FILE,
+    job_dir, NodeFacts, PrologWord, FACTS_FILE, HARD_LIMIT_FILE, INVENTORY_FILE, LOCK_FILE, PID_FILE,
+    PROLOG_FILE,
 };
 
 /// The mode of `<runtime_dir>` when we make it.
@@ -227,6 +230,12 @@ pub fn read_prolog_word(job_dir: &Path) -> Option<PrologWord> {
     fs::read_to_string(job_dir.join(PROLOG_FILE))
         .ok()
         .map(|text| PrologWord::parse(&text))
+}
+
+/// Whether the job's watchdog (directory `job_dir`) has said whether the driver's hard limit is in
+/// force, now or within `wait`. Root only.
+pub fn hard_limit_said(job_dir: &Path, wait: Duration) -> bool {
+    poll_until(wait, || job_dir.join(HARD_LIMIT_FILE).is_file())
 }
 
 /// Whether the job prolog left its word on job `job_id` here: then the job has GPUs on this node.

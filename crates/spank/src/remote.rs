@@ -19,7 +19,7 @@ use std::cell::OnceCell;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::handle::Spank;
 use super::{log, options};
@@ -77,6 +77,11 @@ static REFUSED: OnceLock<String> = OnceLock::new();
 /// detached, has returned before any step starts, and it writes its pid file at once.
 const WATCHDOG_START_WAIT: Duration = Duration::from_secs(2);
 
+/// How long a task waits, once the watchdog runs, for its word on the driver's hard limit: the
+/// watchdog gives it right after NVML is loaded and the job's cgroup found, before it asks slurmctld
+/// anything (a few hundred ms; NVML's first load on a GPU without persistence mode takes seconds).
+const HARD_LIMIT_WAIT: Duration = Duration::from_secs(15);
+
 /// Each task's child, as root, before `task_init`: whether the job may run here. Only where the
 /// job prolog said it started the job's watchdog, and that watchdog runs: a refused request, a
 /// dead watchdog, or a run for which Slurm ran no prolog here (a slurmd that restarted under the
@@ -90,11 +95,21 @@ pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
     let Some(dir) = plan.decision.watchdog_dir() else {
         return Ok(());
     };
+    let first = spank.task_local_id().map_err(|e| e.to_string())? == 0;
+    let began = Instant::now();
     let Some(refusal) = refusal_here(dir) else {
+        // How long the task waited for its watchdog and the hard limit: the bound its start pays.
+        if first {
+            log::verbose(&format!(
+                "job {}: the watchdog's word on the hard limit came {} ms after the first task's start",
+                job_label(spank),
+                began.elapsed().as_millis()
+            ));
+        }
         return Ok(());
     };
     // Once per step and node in slurmd's log; each task says it in the job's output.
-    if spank.task_local_id().map_err(|e| e.to_string())? == 0 {
+    if first {
         log::error(&format!(
             "job {}: refusing the step's tasks on node {}: {refusal}",
             job_label(spank),
@@ -114,7 +129,14 @@ fn refusal_here(job_dir: &Path) -> Option<String> {
         Some(PrologWord::Watched)
             if runtime::watchdog_runs(Path::new("/proc"), job_dir, WATCHDOG_START_WAIT) =>
         {
-            None
+            // Nothing of the job is allocated before the driver's limit is set, where it can be.
+            (!runtime::hard_limit_said(job_dir, HARD_LIMIT_WAIT)).then(|| {
+                format!(
+                    "the job's watchdog has not said within {} s whether the driver's hard limit \
+                     is in force (the node's syslog says why): no task starts before it",
+                    HARD_LIMIT_WAIT.as_secs()
+                )
+            })
         }
         Some(PrologWord::Watched) => Some(
             "no watchdog of the job runs on this node (it has died, or could not start): its GPU \

@@ -105,6 +105,16 @@ impl Presence {
         self.job_dir.as_deref()
     }
 
+    /// The job's cgroup directory, looked for now if not found yet (whatever the time of the next
+    /// look): the driver's hard limit waits for it.
+    pub fn find_job_dir_now(&mut self) -> Option<&Path> {
+        if self.job_dir.is_none() {
+            let (root, job) = self.find.as_ref()?;
+            self.job_dir = attribute::find_job_dir(root, job);
+        }
+        self.job_dir.as_deref()
+    }
+
     /// Whether the job may have left this node: seen active before, and no step has had a process
     /// for [`EPILOG_GRACE`]. Looks at most every [`CHECK_EVERY`] (`now` tells), and not before a
     /// hold-off ([`Presence::recheck_after`]); in between, `false`.

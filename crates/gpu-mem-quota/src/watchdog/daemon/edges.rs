@@ -27,6 +27,7 @@ use gmq_node::attribute::{self, ProcessIdentity};
 use gmq_node::preempt_registry::GpuRef;
 use gmq_node::runtime;
 use gmq_node::slurm_controller::SlurmController;
+use gmq_node::textfile;
 
 /// Whether the job's run here is over ([`Presence::check`]; slurmctld asked only when the job's
 /// steps here are empty), logged.
@@ -50,47 +51,95 @@ pub(super) fn left_node(
     }
 }
 
-/// Sets the driver's hard limit (the quota) for the job's cgroup on each of its GPUs, where the
-/// driver offers it (`super::hard_limit`), and logs which path is in force. The job's cgroup is
-/// the watchdog's own (the plugin starts it inside the job's cgroup; the kernel says which).
+/// The driver's setter of hard limits, where it has one; where it has none, says so (the word
+/// the job's tasks wait for): the limit needs nothing else, not even the job's cgroup.
+pub(super) fn hard_limit_setter(library: &Path, dir: &Path, report: &mut LogReporter) -> Option<Setter> {
+    Setter::find(library)
+        .map_err(|why| say_hard_limit(dir, &Outcome::NotOffered(why).log_line(), report))
+        .ok()
+}
+
+/// Sets the driver's hard limit (the quota) for the job's cgroup on each of its GPUs
+/// (`super::hard_limit`), logs which path is in force, and gives the job's tasks the word they
+/// wait for (`dir`, the job's runtime directory).
 pub(super) fn set_hard_limit(
-    library: &Path,
+    setter: Setter,
     source: &NvmlSource,
-    job_cgroup: Option<&Path>,
+    job_cgroup: &Path,
     quota: u64,
+    dir: &Path,
     report: &mut LogReporter,
 ) -> Option<(Setter, InForce)> {
-    let setter = match Setter::find(library) {
-        Ok(setter) => setter,
-        Err(why) => {
-            report.info(&Outcome::NotOffered(why).log_line());
-            return None;
-        }
-    };
-    let Some(cgroup) = job_cgroup else {
-        let why = "the job's cgroup cannot be found from the watchdog's own".to_string();
-        report.info(&Outcome::Failed(why).log_line());
-        return None;
-    };
     let answers: Vec<Answer> = source
         .listed_handles()
         .into_iter()
         .map(|(gpu, device)| Answer {
             gpu,
-            code: setter.set(device, cgroup, quota, quota),
+            code: setter.set(device, job_cgroup, quota, quota),
         })
         .collect();
-    let outcome = hard_limit::outcome(cgroup, quota, &answers);
-    report.info(&outcome.log_line());
+    let outcome = hard_limit::outcome(job_cgroup, quota, &answers);
+    say_hard_limit(dir, &outcome.log_line(), report);
     match outcome {
         Outcome::InForce(in_force) => Some((setter, in_force)),
         Outcome::NotOffered(_) | Outcome::Failed(_) | Outcome::SwitchedOff => {
             // A limit some GPUs took and another refused is taken off again: one path only.
             for (_, device) in source.listed_handles() {
-                let _ = setter.set(device, cgroup, 0, hard_limit::LIMIT_MAX);
+                let _ = setter.set(device, job_cgroup, 0, hard_limit::LIMIT_MAX);
             }
             None
         }
+    }
+}
+
+/// Logs `line`, the watchdog's word on the hard limit, and leaves it where the job's tasks wait
+/// for it (`node_files::HARD_LIMIT_FILE`): each starts once it is there.
+pub(super) fn say_hard_limit(dir: &Path, line: &str, report: &mut LogReporter) {
+    report.info(line);
+    let access = textfile::Access::ROOT_ONLY;
+    if let Err(e) =
+        textfile::write_atomically_as(dir, node_files::HARD_LIMIT_FILE, &format!("{line}\n"), access)
+    {
+        report.error(&format!(
+            "cannot leave the word on the hard limit in {}: {e}; the job's tasks wait for it, then are refused",
+            dir.display()
+        ));
+    }
+}
+
+/// The hard limit in force set again to `quota` (decided since from slurmctld's record: lower, or
+/// higher where the prolog could not know the job's QOS); taken off when the job has no quota.
+pub(super) fn reset_hard_limit(
+    source: &NvmlSource,
+    setter: &Setter,
+    in_force: &mut InForce,
+    quota: Option<ByteSize>,
+    report: &mut LogReporter,
+) {
+    let (soft, hard) = match quota {
+        Some(q) if q.bytes() == in_force.bytes => return,
+        Some(q) => (q.bytes(), q.bytes()),
+        None => (0, hard_limit::LIMIT_MAX),
+    };
+    let refused: Vec<String> = source
+        .listed_handles()
+        .into_iter()
+        .filter_map(|(gpu, device)| {
+            let code = setter.set(device, &in_force.namespace, soft, hard);
+            (code != hard_limit::NVML_SUCCESS).then(|| format!("GPU {gpu}: NVML error {code}"))
+        })
+        .collect();
+    let was = ByteSize::from_bytes(in_force.bytes);
+    match (quota, refused.is_empty()) {
+        (Some(q), true) => {
+            in_force.bytes = q.bytes();
+            report.info(&format!("hard limit now {q} (was {was}), as the job's quota"));
+        }
+        (None, true) => report.info(&format!("hard limit of {was} taken off: the job has no quota")),
+        (_, false) => report.warning(&format!(
+            "cannot set the hard limit again ({}): it stays {was}; the watchdog enforces the quota",
+            refused.join(", ")
+        )),
     }
 }
 
@@ -263,6 +312,7 @@ pub(super) fn open_nvml(
     control: &mut SlurmController,
     presence: &mut Presence,
     report: &mut LogReporter,
+    dir: &Path,
 ) -> Option<NvmlSource> {
     let mut attempt = 0;
     let mut last_check = Instant::now();
@@ -296,6 +346,8 @@ pub(super) fn open_nvml(
                     report.error(&format!(
                         "{e}: the job runs unchecked until NVML answers (retrying with backoff)"
                     ));
+                    // The job's tasks are not to wait for a limit that needs NVML.
+                    say_hard_limit(dir, "no hard limit while NVML cannot be loaded", report);
                 }
                 // The backoff grows to a minute: the job's end here is looked for meanwhile.
                 let retry_at = Instant::now() + backoff(attempt);

@@ -30,8 +30,8 @@ use super::hard_limit::Setter;
 use super::log::Log;
 use super::presence::Presence;
 use edges::{
-    join_registry, left_node, load_policy, open_nvml, set_hard_limit, signal_job, sweep_leftovers,
-    take_job_lock, write_pid_file, Registration,
+    hard_limit_setter, join_registry, left_node, load_policy, open_nvml, reset_hard_limit, say_hard_limit,
+    set_hard_limit, signal_job, sweep_leftovers, take_job_lock, write_pid_file, Registration,
 };
 use gmq_core::admission;
 use gmq_core::config;
@@ -61,6 +61,10 @@ pub(super) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// How often the watchdog looks whether the node's slurmd still runs: one read of its
 /// `/proc/PID/stat`.
 const SLURMD_LOOK_EVERY: Duration = Duration::from_secs(2);
+
+/// How often the job's cgroup is looked for while the hard limit waits for it: the job's first task
+/// waits for the limit, so this bounds the delay its start takes (one directory walk a look).
+const HARD_LIMIT_LOOK_EVERY: Duration = Duration::from_millis(20);
 
 /// How long the watchdog waits for the processes it killed of a run orphaned by slurmd's death
 /// to be gone (reaped by their slurmstepd) before it looks at the job's GPUs.
@@ -102,8 +106,8 @@ struct Daemon {
     contender: Option<Contender>,
     /// The driver's hard limit set for the job's cgroup, cleared on the way out.
     hard_limit: Option<(Setter, InForce)>,
-    /// The hard limit is still to be set: once the job's cgroup exists (its first step here).
-    hard_limit_due: bool,
+    /// The hard limit still to be set, with the driver's setter: once the job's cgroup exists.
+    hard_limit_due: Option<Setter>,
     /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
     presence: Presence,
     /// The job's own allocator telemetry, read through its processes' working directories: shown
@@ -146,8 +150,40 @@ impl Daemon {
         let user = gmq_node::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
         let metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
 
+        let mut reporter = LogReporter::new(log, dir.clone(), params.uid);
+        let source = open_nvml(
+            &settings,
+            &params.gpus,
+            &mut control,
+            &mut presence,
+            &mut reporter,
+            &dir,
+        );
+        // The driver's hard limit first, with the quota the prolog gave: the job's tasks wait for
+        // the watchdog's word on it before they start, and slurmctld, asked next, may be slow.
+        let mut hard_limit = None;
+        let mut hard_limit_due = None;
+        match (&source, params.quota) {
+            (Some(source), Some(quota)) if settings.hard_limit => {
+                let setter = hard_limit_setter(&settings.nvml_library, &dir, &mut reporter);
+                match (setter, presence.find_job_dir_now()) {
+                    (Some(setter), Some(job_dir)) => {
+                        hard_limit =
+                            set_hard_limit(setter, source, job_dir, quota.bytes(), &dir, &mut reporter)
+                    }
+                    // Not made yet (no PrologFlags=Contain): looked for often until it is.
+                    (setter, None) => hard_limit_due = setter,
+                    (None, Some(_)) => {}
+                }
+            }
+            (Some(_), Some(_)) => say_hard_limit(&dir, &Outcome::SwitchedOff.log_line(), &mut reporter),
+            (Some(_), None) => say_hard_limit(&dir, "no hard limit: the job has no quota", &mut reporter),
+            // The job left before NVML answered: nothing of it starts any more.
+            (None, _) => {}
+        }
+
         // The job's GPUs here are the credential's (the prolog's `SLURM_JOB_GPUS`). What the
-        // credential lacks (the shards, the QOS before 25.11, the priority and requeue facts) is
+        // credential lacks (the shards, the QOS before 26.05, the priority and requeue facts) is
         // in slurmctld's record of the job: one single-job request, once per watchdog.
         let record = control.tools.job_record(params.job_id);
         let job = record
@@ -155,7 +191,7 @@ impl Daemon {
             .map_err(|e| ControlError::from(e.clone()))
             .and_then(JobState::of_record);
         if let Err(e) = &job {
-            log.error(&format!("cannot read the job from slurmctld: {e}"));
+            reporter.error(&format!("cannot read the job from slurmctld: {e}"));
         }
         // Kept for the job's srun steps, so that they need not each ask slurmctld again.
         if let Ok(record) = &record {
@@ -169,18 +205,9 @@ impl Daemon {
             if let Err(e) =
                 textfile::write_atomically_as(&dir, node_files::FACTS_FILE, &facts.render(), access)
             {
-                log.error(&format!("cannot keep the job's facts in {}: {e}", dir.display()));
+                reporter.error(&format!("cannot keep the job's facts in {}: {e}", dir.display()));
             }
         }
-
-        let mut reporter = LogReporter::new(log, dir.clone(), params.uid);
-        let source = open_nvml(
-            &settings,
-            &params.gpus,
-            &mut control,
-            &mut presence,
-            &mut reporter,
-        );
         // The plugin decided the quota from what the step's environment said, which the user's own
         // srun writes: held here to what slurmctld's record of the job allows.
         let quota = match (&record, &source) {
@@ -208,16 +235,12 @@ impl Daemon {
             }
             _ => params.quota,
         };
+        if let (Some(source), Some((setter, in_force))) = (&source, hard_limit.as_mut()) {
+            reset_hard_limit(source, setter, in_force, quota, &mut reporter);
+        }
         let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
             .with_prediction(policy.prediction.clone());
-        let hard_limit_due = match (&source, quota) {
-            (Some(_), Some(_)) if settings.hard_limit => true,
-            (Some(_), Some(_)) => {
-                reporter.info(&Outcome::SwitchedOff.log_line());
-                false
-            }
-            _ => false,
-        };
+        watchdog.set_hard_limit(hard_limit.as_ref().map(|(_, f)| f.clone()));
         if let Ok(job) = &job {
             watchdog.set_run(job.restarts);
             watchdog.set_node_count(job.node_count);
@@ -267,7 +290,7 @@ impl Daemon {
             watchdog,
             attributor,
             contender,
-            hard_limit: None,
+            hard_limit,
             hard_limit_due,
             presence,
             telemetry,
@@ -291,6 +314,8 @@ impl Daemon {
         let mut last_record: Option<String> = None;
         let mut jitter = Jitter::from_seed(jitter_seed());
         while !stop_requested() {
+            // First: the job's tasks wait for it (`Daemon::pause` returns once its cgroup is there).
+            self.set_hard_limit_when_due(&gpus);
             self.read_job_telemetry();
             let mut recording = Recording {
                 inner: &mut gpus,
@@ -378,9 +403,7 @@ impl Daemon {
                 self.run_over = true;
                 break;
             }
-            // After the look at the job's cgroup, which finds it once Slurm has made it.
-            self.set_hard_limit_when_due(&gpus);
-            if sleep_or_stop(jitter.around(self.settings.interval)) {
+            if self.pause(jitter.around(self.settings.interval)) {
                 break;
             }
         }
@@ -404,24 +427,58 @@ impl Daemon {
         self.watchdog.set_job_reported(tasks);
     }
 
-    /// Sets the quota as the driver's hard limit on the job's cgroup, once that cgroup exists: the
-    /// watchdog starts from the prolog, before the job's first step, and the limit is the cgroup's.
+    /// Sets the quota as the driver's hard limit on the job's cgroup, once that cgroup exists (where
+    /// the job prolog runs before Slurm makes it: no `PrologFlags=Contain`).
     fn set_hard_limit_when_due(&mut self, gpus: &NvmlSource) {
-        let (true, Some(job_dir), Some(quota)) =
-            (self.hard_limit_due, self.presence.job_dir(), self.watchdog.quota)
-        else {
+        if self.hard_limit_due.is_none() {
+            return;
+        }
+        let Some(quota) = self.watchdog.quota else {
+            self.hard_limit_due = None;
+            say_hard_limit(
+                &self.dir,
+                "no hard limit: the job has no quota",
+                &mut self.reporter,
+            );
             return;
         };
-        self.hard_limit_due = false;
+        let Some(job_dir) = self.presence.find_job_dir_now() else {
+            return;
+        };
+        let Some(setter) = self.hard_limit_due.take() else {
+            return;
+        };
         self.hard_limit = set_hard_limit(
-            &self.settings.nvml_library,
+            setter,
             gpus,
-            Some(job_dir),
+            job_dir,
             quota.bytes(),
+            &self.dir,
             &mut self.reporter,
         );
         self.watchdog
             .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
+    }
+
+    /// Sleeps `pause`, or until asked to stop (`true`); while the hard limit waits for the job's
+    /// cgroup, looks for it every [`HARD_LIMIT_LOOK_EVERY`] and returns as soon as it is there:
+    /// the job's first task waits for the limit.
+    fn pause(&mut self, pause: Duration) -> bool {
+        let until = Instant::now() + pause;
+        while self.hard_limit_due.is_some() {
+            if self.presence.find_job_dir_now().is_some() {
+                return false;
+            }
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return false;
+            };
+            if sleep_or_stop(left.min(HARD_LIMIT_LOOK_EVERY)) {
+                return true;
+            }
+        }
+        until
+            .checked_duration_since(Instant::now())
+            .is_some_and(sleep_or_stop)
     }
 
     /// Whether the slurmd the job prolog named is gone: looked at every [`SLURMD_LOOK_EVERY`];
