@@ -1268,3 +1268,149 @@ fn g5_a_heterogeneous_jobs_component_over_its_quota_is_stopped() {
         "job {component}: the requeue was tried again: {lines:#?}"
     );
 }
+
+/// One telemetry file as python's `TelemetryWriter` writes it, for a shell's `printf` with the job
+/// id and the writer's pid as its two `%s`.
+const TELEMETRY_PRINTF: &str = r#"{"version":1,"source":"job-reported","job_id":%s,"pid":%s,"updated_at":"2026-12-07T00:00:00Z","allocator":{"allocated_bytes":1,"reserved_bytes":2,"peak_allocated_bytes":1,"peak_reserved_bytes":2,"num_alloc_retries":0,"num_ooms":0,"fragmentation":0.5},"controller":{"micro_batch":1,"grad_accum":1,"effective_batch":1,"activation_checkpointing":false,"capacity_bytes":null,"last_decision":"a decision of the job"}}"#;
+
+/// K3: job-reported telemetry had no bound on its task count. One GPU process writes 2,000
+/// telemetry files (tasks 0..1999, each naming it) in its working directory: every one became a
+/// task, in the status file (~1.7 MB here; 90 MB at 100,000 files) and as 8 Prometheus series each
+/// in the metrics file, rewritten every second. Now a node shows at most 32 tasks, one per process
+/// (its lowest task number), and counts the rest: the status file says
+/// `"job_reported_not_shown":1999`, the metrics one sample of it, and both files stay small.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn k3_a_flood_of_telemetry_files_leaves_status_and_metrics_small() {
+    const FILES: u32 = 2_000;
+    let _policy = install_policy(&policy(""));
+    fresh_gpus();
+    let dir = user_dir("sec-k3");
+    let stop = dir.join("stop");
+    let script = format!(
+        "f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo claim=$f; echo 1G > $f; i=0; \
+         while [ $i -lt {FILES} ]; do \
+         printf '{TELEMETRY_PRINTF}' $SLURM_JOB_ID $$ > gpu-mem-quota-telemetry.$SLURM_JOB_ID.$i.json; \
+         i=$((i+1)); done; echo written=$i; \
+         n=0; while [ ! -e {stop} ] && [ $n -lt 600 ]; do sleep 0.2; n=$((n+1)); done; rm -f $f",
+        stop = stop.display()
+    );
+    let chdir = dir.display().to_string();
+    let job = sbatch(
+        &dir,
+        &["--gres=gpu:1", "--gpu-mem-quota=20G", "--chdir", &chdir],
+        &script,
+    );
+    let output = || std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    let status_path = runtime_dir().join(format!("jobs/{job}/status.json"));
+    let prom_path = lab().join(format!("gmq/metrics/gpu_mem_quota_job_{job}.prom"));
+    let (mut status, mut prom) = (String::new(), String::new());
+    // The files are written before the watchdog's first read (at its first sample with the claim)
+    // most of the time; otherwise the next read, 15 s later, sees them all.
+    let said = wait_until(Duration::from_secs(90), || {
+        status = std::fs::read_to_string(&status_path).unwrap_or_default();
+        prom = std::fs::read_to_string(&prom_path).unwrap_or_default();
+        status.contains(&format!("\"job_reported_not_shown\":{}", FILES - 1))
+            && prom.contains("gpu_mem_quota_job_reported_tasks_not_shown{")
+    });
+    let _ = std::fs::write(&stop, "");
+    let ended = wait_until(Duration::from_secs(60), || state(job) == "COMPLETED");
+    if let Some(claim) = value_of(&output(), "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    assert!(
+        said,
+        "job {job} ({}): status {} bytes: {}...\nmetrics {} bytes: {}...",
+        output(),
+        status.len(),
+        &status[..status.len().min(2000)],
+        prom.len(),
+        &prom[..prom.len().min(2000)]
+    );
+    assert_eq!(
+        value_of(&output(), "written").as_deref(),
+        Some(FILES.to_string().as_str()),
+        "{}",
+        output()
+    );
+    // One task shown (the process's lowest, task 0), the rest one number; the files small.
+    assert_eq!(
+        status.matches("\"source\":\"job-reported\"").count(),
+        1,
+        "{status}"
+    );
+    assert!(
+        status.contains("\"job_reported\":[{\"source\":\"job-reported\",\"task\":0,"),
+        "{status}"
+    );
+    assert!(status.len() <= 8 * 1024, "status.json: {} bytes", status.len());
+    let not_shown = prom
+        .lines()
+        .find(|l| l.starts_with("gpu_mem_quota_job_reported_tasks_not_shown{"))
+        .unwrap_or_default();
+    assert!(not_shown.ends_with(&format!("}} {}", FILES - 1)), "{prom}");
+    let series = prom
+        .lines()
+        .filter(|l| l.starts_with("gpu_mem_quota_job_reported_") && l.contains("task=\""))
+        .count();
+    assert_eq!(series, 8, "{prom}");
+    assert!(prom.len() <= 16 * 1024, "metrics: {} bytes", prom.len());
+    assert!(ended, "job {job} is {}: {}", state(job), output());
+    eprintln!(
+        "k3: job {job}: {FILES} files, 1 task shown, {} not shown; status {} bytes, metrics {} bytes",
+        FILES - 1,
+        status.len(),
+        prom.len()
+    );
+}
+
+/// K9: control characters of a path the job's user chose reached root's log raw (only `\n` was
+/// replaced): the job works in a directory named `d ESC[2J ESC[H forged` and drops a broken
+/// telemetry file there, whose failure line names the directory. The watchdog's line now carries
+/// `\u{1b}` as text; without the fix rsyslog would have written the raw ESC as its own `#033`.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn k9_a_directory_name_with_escapes_reaches_the_log_escaped() {
+    let _policy = install_policy(&policy(""));
+    fresh_gpus();
+    let dir = user_dir("sec-k9");
+    let stop = dir.join("stop");
+    let script = format!(
+        "f={FAKE_PROCS}/${{SLURM_JOB_GPUS%%,*}}/$$; echo claim=$f; d=$(printf 'd\\033[2J\\033[Hforged'); \
+         mkdir \"$d\" && cd \"$d\" || exit 1; echo '{{' > gpu-mem-quota-telemetry.$SLURM_JOB_ID.0.json; \
+         echo 1G > $f; n=0; while [ ! -e {stop} ] && [ $n -lt 600 ]; do sleep 0.2; n=$((n+1)); done; rm -f $f",
+        stop = stop.display()
+    );
+    let chdir = dir.display().to_string();
+    let job = sbatch(
+        &dir,
+        &["--gres=gpu:1", "--gpu-mem-quota=20G", "--chdir", &chdir],
+        &script,
+    );
+    let output = || std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    let failure = |lines: &[String]| {
+        lines
+            .iter()
+            .find(|l| l.contains("the job's telemetry not shown: ") && l.contains("forged/"))
+            .cloned()
+    };
+    let mut line = None;
+    let logged = wait_until(Duration::from_secs(60), || {
+        line = failure(&watchdog_lines(job));
+        line.is_some()
+    });
+    let _ = std::fs::write(&stop, "");
+    let ended = wait_until(Duration::from_secs(60), || state(job) == "COMPLETED");
+    if let Some(claim) = value_of(&output(), "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    assert!(logged, "job {job} ({}): {:#?}", output(), watchdog_lines(job));
+    let line = line.unwrap();
+    assert!(
+        line.contains("/d\\u{1b}[2J\\u{1b}[Hforged/gpu-mem-quota-telemetry."),
+        "job {job}: not escaped by the watchdog: {line:?}"
+    );
+    assert!(!line.contains('\u{1b}') && !line.contains("#033"), "{line:?}");
+    assert!(ended, "job {job} is {}: {}", state(job), output());
+    eprintln!("k9: job {job}: {line}");
+}

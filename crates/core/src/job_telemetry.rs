@@ -132,6 +132,89 @@ impl ReportedTask {
     }
 }
 
+/// The most tasks of a job one node shows (status file, metrics): the lowest task numbers, one per
+/// process. Why 32: a node has at most eight GPUs in the common case (an HGX/DGX board), and a job
+/// runs at most a few ranks on each (MPS, shards): 8 × 4. A job can write any number of files (one
+/// process wrote 100 000 in the review, K3: a 90 MB status file, 800 000 Prometheus series); past
+/// this they are only counted ([`Shown::not_shown`]). What is shown is the job's word and nothing
+/// decides on it, so a task left out costs the admin one task's figures, never enforcement.
+pub const MAX_TASKS_SHOWN: usize = 32;
+
+/// What one node shows of a job's telemetry: at most [`MAX_TASKS_SHOWN`] tasks, and how many more
+/// it read and did not show. Built by [`Shown::push`] (memory stays bounded however many files
+/// are read) and [`Shown::finish`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Shown {
+    /// Sorted by `(task, pid)`.
+    pub tasks: Vec<ReportedTask>,
+    /// Tasks read and valid but not shown: past the cap, or a second file of one process.
+    pub not_shown: u64,
+}
+
+impl Shown {
+    /// Takes `task` as read; the tasks held are cut back to the cap whenever they reach twice it.
+    pub fn push(&mut self, task: ReportedTask) {
+        self.tasks.push(task);
+        if self.tasks.len() >= 2 * MAX_TASKS_SHOWN {
+            self.cut(MAX_TASKS_SHOWN);
+        }
+    }
+
+    /// What is shown once every task has been pushed.
+    pub fn finish(mut self) -> Shown {
+        self.cut(MAX_TASKS_SHOWN);
+        self
+    }
+
+    fn cut(&mut self, max: usize) {
+        let read = self.tasks.len();
+        self.tasks = shown(std::mem::take(&mut self.tasks), max);
+        self.not_shown += (read - self.tasks.len()) as u64;
+    }
+}
+
+/// Which of `tasks` are shown, at most `max` of them: for each process (`pid`) only its lowest
+/// task number (a process is one Slurm task and writes one file: more are the job's flood), then
+/// the lowest `(task, pid)`. The rest are left out. Pure, and the same answer whether applied
+/// once to all the tasks or again to what it kept plus more (so [`Shown::push`] may cut early).
+pub fn shown(mut tasks: Vec<ReportedTask>, max: usize) -> Vec<ReportedTask> {
+    tasks.sort_by_key(|t| (t.task, t.pid));
+    let mut pids = std::collections::BTreeSet::new();
+    tasks.retain(|t| pids.insert(t.pid));
+    tasks.truncate(max);
+    tasks
+}
+
+/// A task as the worst a file can say (for the tests of what is written from it): the largest
+/// figures, and the longest text with the most bytes (four UTF-8 bytes each, and quotes, which
+/// JSON escapes).
+#[cfg(test)]
+pub(crate) fn worst_case_task(task: u32) -> ReportedTask {
+    ReportedTask {
+        source: SOURCE.into(),
+        task,
+        pid: u32::MAX - task,
+        updated_at: 253_402_300_799,
+        allocator: AllocatorTelemetry {
+            allocated_bytes: MAX_BYTES,
+            reserved_bytes: MAX_BYTES,
+            peak_allocated_bytes: MAX_BYTES,
+            peak_reserved_bytes: MAX_BYTES,
+            num_alloc_retries: MAX_COUNT,
+            num_ooms: MAX_COUNT,
+            fragmentation: 1234,
+        },
+        controller: Some(ControllerTelemetry {
+            micro_batch: MAX_COUNT,
+            grad_accum: MAX_COUNT,
+            effective_batch: MAX_COUNT,
+            activation_checkpointing: true,
+            capacity_bytes: Some(MAX_BYTES),
+            last_decision: Some("\u{1F600}".repeat(MAX_TEXT_CHARS)),
+        }),
+    }
+}
+
 /// Why a file was not taken: the file, the key (dotted, `allocator.reserved_bytes`; none for the
 /// file as a whole) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -609,6 +692,82 @@ mod tests {
         ] {
             assert_eq!(task_of_file_name(other, 12), None, "{other}");
         }
+    }
+
+    /// A task `task` written by process `pid`, its allocated bytes saying which file it was.
+    fn task(task: u32, pid: u32, file: u64) -> ReportedTask {
+        let mut t = ReportedTask::new(task, written());
+        t.pid = pid;
+        t.allocator.allocated_bytes = file;
+        t
+    }
+
+    fn ids(tasks: &[ReportedTask]) -> Vec<(u32, u32, u64)> {
+        tasks
+            .iter()
+            .map(|t| (t.task, t.pid, t.allocator.allocated_bytes))
+            .collect()
+    }
+
+    #[test]
+    fn the_lowest_tasks_are_shown_one_per_process() {
+        // (tasks read as (task, pid, file), the cap, shown)
+        type Case = (Vec<(u32, u32, u64)>, usize, Vec<(u32, u32, u64)>);
+        let table: Vec<Case> = vec![
+            (vec![], 3, vec![]),
+            (vec![(1, 11, 0), (0, 10, 1)], 3, vec![(0, 10, 1), (1, 11, 0)]),
+            // Past the cap: the lowest task numbers.
+            (
+                vec![(3, 13, 0), (0, 10, 1), (2, 12, 2), (1, 11, 3)],
+                2,
+                vec![(0, 10, 1), (1, 11, 3)],
+            ),
+            // One process's many files (K3): its lowest task only, whatever order they came in.
+            (
+                vec![(7, 10, 0), (5, 10, 1), (900, 10, 2), (6, 11, 3)],
+                3,
+                vec![(5, 10, 1), (6, 11, 3)],
+            ),
+            // Two processes writing one task number (a mistake of the job's): both, by pid.
+            (vec![(0, 11, 0), (0, 10, 1)], 3, vec![(0, 10, 1), (0, 11, 0)]),
+            // One file seen twice (two directories, one process): the first read.
+            (vec![(0, 10, 0), (0, 10, 1)], 3, vec![(0, 10, 0)]),
+            (vec![(0, 10, 0)], 0, vec![]),
+        ];
+        for (read, max, want) in table {
+            let tasks = read.iter().map(|&(t, p, f)| task(t, p, f)).collect();
+            assert_eq!(ids(&shown(tasks, max)), want, "{read:?} cap {max}");
+        }
+    }
+
+    #[test]
+    fn a_flood_of_files_is_shown_as_the_capped_few_and_a_count() {
+        // 5 000 tasks of 300 processes in a scrambled order, pushed one by one (cut on the way),
+        // show what one cut of them all shows.
+        let mut all = Vec::new();
+        let mut shown_so = Shown::default();
+        let mut x: u64 = 1;
+        for n in 0..5_000u64 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let t = task((x >> 40) as u32 % 100_000, 1000 + (x >> 20) as u32 % 300, n);
+            all.push(t.clone());
+            shown_so.push(t);
+            assert!(shown_so.tasks.len() < 2 * MAX_TASKS_SHOWN);
+        }
+        let once = shown(all.clone(), MAX_TASKS_SHOWN);
+        let pushed = shown_so.finish();
+        assert_eq!(once.len(), MAX_TASKS_SHOWN);
+        assert_eq!(ids(&pushed.tasks), ids(&once));
+        assert_eq!(pushed.not_shown, (all.len() - MAX_TASKS_SHOWN) as u64);
+        // Within the cap, nothing is left out.
+        let mut few = Shown::default();
+        for n in 0..MAX_TASKS_SHOWN as u32 {
+            few.push(task(n, 100 + n, 0));
+        }
+        let few = few.finish();
+        assert_eq!((few.tasks.len(), few.not_shown), (MAX_TASKS_SHOWN, 0));
     }
 
     #[test]

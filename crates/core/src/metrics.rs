@@ -12,12 +12,14 @@
 //!
 //! The `gpu_mem_quota_job_reported_*` families are the job's own word (its allocator telemetry,
 //! `crate::job_telemetry`), not a measurement: their help texts say so, and they appear only
-//! while a task of the job reports.
+//! while a task of the job reports. At most `job_telemetry::MAX_TASKS_SHOWN` tasks get series
+//! (8 families each); the rest are one sample, `gpu_mem_quota_job_reported_tasks_not_shown`, so a
+//! job's file stays a few tens of KiB however many files it writes (review K3).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::job_telemetry::{AllocatorTelemetry, ReportedTask};
+use crate::job_telemetry::{AllocatorTelemetry, ReportedTask, MAX_TASKS_SHOWN};
 use crate::record::{EventCounts, EventKind};
 
 /// What one job looks like on this node at one sample.
@@ -28,8 +30,12 @@ pub struct JobMetrics {
     pub gpus: Vec<GpuMetrics>,
     /// Events of the job on this node since its watchdog started.
     pub events: EventCounts,
-    /// What the job's tasks here say of their allocators: the job's word, by task.
+    /// What the job's tasks here say of their allocators: the job's word, by task (at most
+    /// [`MAX_TASKS_SHOWN`] are written; the watchdog keeps no more).
     pub job_reported: Vec<ReportedTask>,
+    /// Tasks that wrote telemetry here and are not in `job_reported`: one sample, never a series
+    /// each.
+    pub job_reported_not_shown: u64,
 }
 
 /// One GPU the job uses on this node.
@@ -122,6 +128,12 @@ const REPORTED_UPDATED: Family = Family {
     help: "When the task last wrote its telemetry (Unix time), as reported by the job, not measured.",
 };
 
+const REPORTED_NOT_SHOWN: Family = Family {
+    name: "gpu_mem_quota_job_reported_tasks_not_shown",
+    kind: "gauge",
+    help: "Tasks of the job on this node whose telemetry was read and not exported as series (at most 32 tasks are, one per process and task number).",
+};
+
 /// A job-reported sample's value, as written.
 type ReportedValue = fn(&ReportedTask) -> String;
 
@@ -197,32 +209,51 @@ pub fn render(job: &JobMetrics) -> String {
             job.events.get(kind)
         );
     }
-    render_job_reported(&mut out, &job_labels, &job.job_reported);
+    render_job_reported(
+        &mut out,
+        &job_labels,
+        &job.job_reported,
+        job.job_reported_not_shown,
+    );
     out
 }
 
-/// The job-reported families, by task; nothing while no task reports.
-fn render_job_reported(out: &mut String, job_labels: &str, tasks: &[ReportedTask]) {
-    if tasks.is_empty() {
+/// The job-reported families, by task, at most [`MAX_TASKS_SHOWN`] tasks (a longer list is cut
+/// here too, so the file stays bounded whatever it is given), and the count of those not shown;
+/// nothing while no task reports.
+fn render_job_reported(out: &mut String, job_labels: &str, tasks: &[ReportedTask], not_shown: u64) {
+    if tasks.is_empty() && not_shown == 0 {
         return;
     }
+    let given = tasks.len();
     let mut tasks: Vec<&ReportedTask> = tasks.iter().collect();
     tasks.sort_by_key(|t| (t.task, t.pid));
     // Two files of one task (two processes here writing the same task number) would be two samples
     // with the same labels, which the collector refuses: the first is kept.
     tasks.dedup_by_key(|t| t.task);
-    for (family, value) in REPORTED {
-        header(out, family);
-        for task in &tasks {
-            let _ = writeln!(
-                out,
-                "{}{{{job_labels},task=\"{}\"}} {}",
-                family.name,
-                task.task,
-                value(task)
-            );
+    tasks.truncate(MAX_TASKS_SHOWN);
+    let cut = (given - tasks.len()) as u64;
+    if !tasks.is_empty() {
+        for (family, value) in REPORTED {
+            header(out, family);
+            for task in &tasks {
+                let _ = writeln!(
+                    out,
+                    "{}{{{job_labels},task=\"{}\"}} {}",
+                    family.name,
+                    task.task,
+                    value(task)
+                );
+            }
         }
     }
+    header(out, &REPORTED_NOT_SHOWN);
+    let _ = writeln!(
+        out,
+        "{}{{{job_labels}}} {}",
+        REPORTED_NOT_SHOWN.name,
+        not_shown.saturating_add(cut)
+    );
 }
 
 /// Ten-thousandths as a decimal ratio: `0.25`, `0`, `1`, `0.0001`.
@@ -375,7 +406,7 @@ mod tests {
     #[test]
     fn help_texts_need_no_escaping() {
         let reported = REPORTED.map(|(family, _)| family);
-        for family in [&USED, &LIMIT, &PEAK, &EVENTS, &NODE_EVENTS]
+        for family in [&USED, &LIMIT, &PEAK, &EVENTS, &NODE_EVENTS, &REPORTED_NOT_SHOWN]
             .into_iter()
             .chain(reported)
         {
@@ -447,6 +478,95 @@ mod tests {
                 family.name
             );
         }
+    }
+
+    use crate::job_telemetry::worst_case_task as worst_task;
+
+    fn job_with(tasks: Vec<ReportedTask>, not_shown: u64) -> JobMetrics {
+        JobMetrics {
+            job_id: u32::MAX,
+            user: "a-user-name-of-thirty-two-chars".into(),
+            gpus: Vec::new(),
+            events: EventCounts::default(),
+            job_reported: tasks,
+            job_reported_not_shown: not_shown,
+        }
+    }
+
+    /// The job-reported samples of `text`: (family, task label or "", value).
+    fn reported_samples(text: &str) -> Vec<(String, String, String)> {
+        text.lines()
+            .filter(|l| l.starts_with("gpu_mem_quota_job_reported_"))
+            .map(|l| {
+                let (name, rest) = l.split_once('{').unwrap();
+                let task = rest
+                    .split_once("task=\"")
+                    .map_or("", |(_, t)| t.split('"').next().unwrap());
+                let value = l.rsplit(' ').next().unwrap();
+                (name.to_string(), task.to_string(), value.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn job_reported_series_are_capped_and_the_rest_one_count() {
+        let not_shown = |text: &str| {
+            reported_samples(text)
+                .into_iter()
+                .filter(|(name, _, _)| name == REPORTED_NOT_SHOWN.name)
+                .map(|(_, _, v)| v)
+                .collect::<Vec<_>>()
+        };
+        let tasks_of = |text: &str| {
+            let mut tasks: Vec<String> = reported_samples(text)
+                .into_iter()
+                .filter(|(name, _, _)| name == REPORTED_ALLOCATED.name)
+                .map(|(_, t, _)| t)
+                .collect();
+            tasks.dedup();
+            tasks
+        };
+        // (tasks given, not shown before, tasks written, count written)
+        let many = (0..MAX_TASKS_SHOWN as u32 + 5).rev().collect::<Vec<_>>();
+        type Case = (Vec<u32>, u64, Vec<u32>, Option<u64>);
+        let table: Vec<Case> = vec![
+            (vec![], 0, vec![], None),
+            (vec![1, 0], 0, vec![0, 1], Some(0)),
+            (vec![], 1968, vec![], Some(1968)),
+            (vec![0], 1968, vec![0], Some(1968)),
+            // Handed more than the cap: the lowest written, the rest counted.
+            (many.clone(), 10, (0..MAX_TASKS_SHOWN as u32).collect(), Some(15)),
+        ];
+        for (given, before, want_tasks, want_count) in table {
+            let job = job_with(given.iter().map(|&t| worst_task(t)).collect(), before);
+            let text = render(&job);
+            let want: Vec<String> = want_tasks.iter().map(u32::to_string).collect();
+            assert_eq!(tasks_of(&text), want, "{given:?}");
+            assert_eq!(
+                not_shown(&text),
+                want_count.map(|c| c.to_string()).into_iter().collect::<Vec<_>>(),
+                "{given:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_not_shown_help_names_the_cap() {
+        assert!(REPORTED_NOT_SHOWN
+            .help
+            .contains(&format!("at most {MAX_TASKS_SHOWN} tasks")));
+    }
+
+    /// The most a job's file holds of its telemetry, however many files the job wrote (K3: one
+    /// process's 100 000 files made 72 MB and 800 000 series).
+    #[test]
+    fn a_jobs_reported_metrics_stay_small() {
+        let flood: Vec<ReportedTask> = (0..10_000).map(worst_task).collect();
+        let text = render(&job_with(flood, u64::MAX - 1));
+        let series = reported_samples(&text).len();
+        assert_eq!(series, 8 * MAX_TASKS_SHOWN + 1, "{text}");
+        assert!(text.len() <= 48 * 1024, "{} bytes", text.len());
+        assert!(text.contains(&format!("}} {}\n", u64::MAX)), "{text}");
     }
 
     #[test]

@@ -26,6 +26,11 @@
 //!
 //! Nothing here decides anything: the telemetry is shown (status file, metrics) as the job's word.
 //! Every failure is returned for the caller to log once; none stops or slows the watch.
+//!
+//! What is shown is bounded however many files the job writes (review K3): at most
+//! `job_telemetry::MAX_TASKS_SHOWN` tasks, one per process, the lowest task numbers
+//! (`job_telemetry::shown`), the rest counted; while reading, no more than twice that is held,
+//! and no more failure lines than are ever logged.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
@@ -40,7 +45,7 @@ use nix::errno::Errno;
 use nix::fcntl::{self, AtFlags, OFlag};
 use nix::sys::stat::{self, FileStat, Mode, SFlag};
 
-use gmq_core::job_telemetry::{self, ReportedTask, MAX_FILE_BYTES};
+use gmq_core::job_telemetry::{self, ReportedTask, Shown, MAX_FILE_BYTES};
 
 /// How often a job's telemetry is read: the writer rewrites it every optimizer step, and the admin
 /// looks at it on a dashboard; every sample would be a directory listing per process per 100 ms.
@@ -99,12 +104,25 @@ pub fn ns_pids(status: &str) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// One read of a job's telemetry on this node: the tasks found, and what went wrong (each line
-/// names the file or directory; for the caller to log once).
+/// One read of a job's telemetry on this node: the tasks shown (at most
+/// `job_telemetry::MAX_TASKS_SHOWN`, the lowest task numbers, one per process:
+/// `job_telemetry::shown`), how many more were read and left out, and what went wrong (each line
+/// names the file or directory; for the caller to log once; at most [`MAX_LOGGED`] a read).
 #[derive(Debug, Default)]
 pub struct Reading {
     pub tasks: Vec<ReportedTask>,
+    pub not_shown: u64,
     pub failures: Vec<String>,
+}
+
+impl Reading {
+    /// Keeps `line` unless the read already has [`MAX_LOGGED`] (no more are ever logged: a job's
+    /// thousands of broken files cost no memory).
+    fn fail(&mut self, line: String) {
+        if self.failures.len() < MAX_LOGGED {
+            self.failures.push(line);
+        }
+    }
 }
 
 /// Reads the telemetry files of job `job_id` (user `job_uid`) in the working directories of its
@@ -112,6 +130,7 @@ pub struct Reading {
 /// the processes work in it.
 pub fn read_job_telemetry(proc_root: &Path, job_id: u32, job_uid: u32, pids: &[u32]) -> Reading {
     let mut reading = Reading::default();
+    let mut shown = Shown::default();
     // Each directory, by inode, with the pids (in every namespace) of the processes working there.
     let mut dirs: BTreeMap<(u64, u64), (OwnedFd, PathBuf, BTreeSet<u32>)> = BTreeMap::new();
     for &pid in pids {
@@ -122,7 +141,7 @@ pub fn read_job_telemetry(proc_root: &Path, job_id: u32, job_uid: u32, pids: &[u
             // Gone since the sample: nothing to say.
             Err(Errno::ENOENT | Errno::ESRCH) => continue,
             Err(e) => {
-                reading.failures.push(format!("{}: {e}", cwd.display()));
+                reading.fail(format!("{}: {e}", cwd.display()));
                 continue;
             }
         };
@@ -137,9 +156,11 @@ pub fn read_job_telemetry(proc_root: &Path, job_id: u32, job_uid: u32, pids: &[u
         entry.2.extend(aliases);
     }
     for (fd, cwd, writers) in dirs.values() {
-        read_dir(fd, cwd, job_id, job_uid, writers, &mut reading);
+        read_dir(fd, cwd, job_id, job_uid, writers, &mut shown, &mut reading);
     }
-    reading.tasks.sort_by_key(|t| (t.task, t.pid));
+    let shown = shown.finish();
+    reading.tasks = shown.tasks;
+    reading.not_shown = shown.not_shown;
     reading
 }
 
@@ -153,19 +174,20 @@ fn read_status(proc_root: &Path, pid: u32) -> String {
 }
 
 /// The telemetry files of the job in the directory `dir` (named `cwd` in messages), written by one
-/// of `writers`.
+/// of `writers`: each task into `shown`, each failure into `reading`.
 fn read_dir(
     dir: &OwnedFd,
     cwd: &Path,
     job_id: u32,
     job_uid: u32,
     writers: &BTreeSet<u32>,
+    shown: &mut Shown,
     reading: &mut Reading,
 ) {
     let names = match names(dir) {
         Ok(names) => names,
         Err(e) => {
-            reading.failures.push(format!("{}: {e}", cwd.display()));
+            reading.fail(format!("{}: {e}", cwd.display()));
             return;
         }
     };
@@ -173,23 +195,23 @@ fn read_dir(
         .iter()
         .filter_map(|name| Some((name, job_telemetry::task_of_file_name(name, job_id)?)))
     {
-        let shown = cwd.join(name);
+        let path = cwd.join(name);
         let telemetry = match read_file(dir, name, job_uid) {
-            Ok(Some(bytes)) => job_telemetry::parse(&shown.display().to_string(), &bytes),
+            Ok(Some(bytes)) => job_telemetry::parse(&path.display().to_string(), &bytes),
             Ok(None) => continue,
             Err(e) => {
-                reading.failures.push(format!("{}: {e}", shown.display()));
+                reading.fail(format!("{}: {e}", path.display()));
                 continue;
             }
         };
         match telemetry {
-            Ok(t) if t.job_id != Some(job_id) => reading
-                .failures
-                .push(format!("{}: job_id: not job {job_id}, refused", shown.display())),
+            Ok(t) if t.job_id != Some(job_id) => {
+                reading.fail(format!("{}: job_id: not job {job_id}, refused", path.display()))
+            }
             // Another node's task on a shared filesystem, or a file a finished process left.
             Ok(t) if !writers.contains(&t.pid) => {}
-            Ok(t) => reading.tasks.push(ReportedTask::new(task, t)),
-            Err(e) => reading.failures.push(e.to_string()),
+            Ok(t) => shown.push(ReportedTask::new(task, t)),
+            Err(e) => reading.fail(e.to_string()),
         }
     }
 }
@@ -288,12 +310,12 @@ impl TelemetryReader {
         }
     }
 
-    /// What changed at `now`: the tasks of a read that has ended, with the failure lines not
+    /// What changed at `now`: what a read that has ended shows, with the failure lines not
     /// logged before; `None` while nothing new is known. A read of the working directories of
     /// `pids` starts when due (at once the first time, then every `every`) and none is under
     /// way. Without processes (none on the GPUs yet, or any more) there is nothing to show, and
     /// the next process is read at once.
-    pub fn poll(&mut self, now: Instant, pids: &[u32]) -> Option<(Vec<ReportedTask>, Vec<String>)> {
+    pub fn poll(&mut self, now: Instant, pids: &[u32]) -> Option<(Shown, Vec<String>)> {
         if let Some(in_flight) = &self.in_flight {
             return match in_flight.try_recv() {
                 Ok(reading) => {
@@ -310,7 +332,7 @@ impl TelemetryReader {
         }
         if pids.is_empty() {
             self.last = None;
-            return Some((Vec::new(), Vec::new()));
+            return Some((Shown::default(), Vec::new()));
         }
         if self
             .last
@@ -332,23 +354,27 @@ impl TelemetryReader {
             Err(e) => {
                 let line = format!("cannot start a thread to read it: {e}");
                 return Some(self.said_once(Reading {
-                    tasks: Vec::new(),
                     failures: vec![line],
+                    ..Reading::default()
                 }));
             }
         }
         None
     }
 
-    /// The reading's tasks, and its failure lines not said before (at most [`MAX_LOGGED`] ever).
-    fn said_once(&mut self, reading: Reading) -> (Vec<ReportedTask>, Vec<String>) {
+    /// What the reading shows, and its failure lines not said before (at most [`MAX_LOGGED`] ever).
+    fn said_once(&mut self, reading: Reading) -> (Shown, Vec<String>) {
         let mut new = Vec::new();
         for line in reading.failures {
             if self.logged.len() < MAX_LOGGED && self.logged.insert(line.clone()) {
                 new.push(line);
             }
         }
-        (reading.tasks, new)
+        let shown = Shown {
+            tasks: reading.tasks,
+            not_shown: reading.not_shown,
+        };
+        (shown, new)
     }
 }
 

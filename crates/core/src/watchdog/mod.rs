@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::config::{Action, Enforcement, Prediction};
 use crate::controller::{AdminComment, ControlError, Controller, RECORD_ATTEMPTS};
-use crate::job_telemetry::ReportedTask;
+use crate::job_telemetry::Shown;
 use crate::metrics::{GpuMetrics, JobMetrics};
 use crate::predict::{self, PredictParams, Sample};
 use crate::record::{self, EventKind};
@@ -117,8 +117,9 @@ pub struct Watchdog {
     /// The driver's hard limit set for the job's cgroup, where one is in force.
     hard_limit: Option<hard_limit::InForce>,
     /// What the job's tasks here last said of their allocators (`crate::job_telemetry`): shown in
-    /// the status file and the metrics as the job's word, never read by a decision.
-    job_reported: Vec<ReportedTask>,
+    /// the status file and the metrics as the job's word, never read by a decision; at most
+    /// `job_telemetry::MAX_TASKS_SHOWN` tasks, the rest counted.
+    job_reported: Shown,
 }
 
 pub fn unix_now() -> u64 {
@@ -158,14 +159,15 @@ impl Watchdog {
             record_failures: 0,
             record_retry_at: None,
             hard_limit: None,
-            job_reported: Vec::new(),
+            job_reported: Shown::default(),
         }
     }
 
     /// The job's own allocator telemetry, as last read by the daemon: shown, never decided on.
-    pub fn set_job_reported(&mut self, mut tasks: Vec<ReportedTask>) {
-        tasks.sort_by_key(|t| (t.task, t.pid));
-        self.job_reported = tasks;
+    /// Held to the cap here too (`job_telemetry::shown`), whatever the caller passed: what is shown
+    /// stays bounded.
+    pub fn set_job_reported(&mut self, reported: Shown) {
+        self.job_reported = reported.finish();
     }
 
     /// The job's processes on its GPUs at the last sample, as attributed (cgroup or ancestry, never
@@ -266,7 +268,8 @@ impl Watchdog {
                 })
                 .collect(),
             events: self.entry.as_ref().map(|e| e.facts.events).unwrap_or_default(),
-            job_reported: self.job_reported.clone(),
+            job_reported: self.job_reported.tasks.clone(),
+            job_reported_not_shown: self.job_reported.not_shown,
         }
     }
 
@@ -644,7 +647,8 @@ impl Watchdog {
                         .map(|h| h.bytes),
                 })
                 .collect(),
-            job_reported: self.job_reported.clone(),
+            job_reported: self.job_reported.tasks.clone(),
+            job_reported_not_shown: self.job_reported.not_shown,
         }
     }
 

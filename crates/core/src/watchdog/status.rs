@@ -18,8 +18,12 @@
 //!  "job_reported":[{"source":"job-reported","task":0,"pid":4242,"updated_at":"2026-11-30T05:59:58Z",
 //!    "allocator":{"allocated_bytes":30,"reserved_bytes":40,"peak_allocated_bytes":35,
 //!                 "peak_reserved_bytes":40,"num_alloc_retries":1,"num_ooms":0,"fragmentation":0.25},
-//!    "controller":null}]
+//!    "controller":null}],
+//!  "job_reported_not_shown":1968
 //! ```
+//! At most `job_telemetry::MAX_TASKS_SHOWN` tasks (the lowest task numbers, one per process) are
+//! listed; `job_reported_not_shown` (absent when 0) counts the rest, so the file stays small
+//! however many files the job writes (review K3).
 
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +111,14 @@ pub struct Status {
     /// Absent (not written) while no task wrote any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub job_reported: Vec<ReportedTask>,
+    /// How many more tasks wrote telemetry here than `job_reported` shows (it shows at most
+    /// `job_telemetry::MAX_TASKS_SHOWN`, one per process). Absent while none was left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub job_reported_not_shown: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn version() -> u64 {
@@ -216,6 +228,7 @@ mod tests {
                 suggested_batch_scale: 62,
             }),
             job_reported: Vec::new(),
+            job_reported_not_shown: 0,
         }
     }
 
@@ -264,6 +277,30 @@ mod tests {
                 written.strip_suffix("}\n").unwrap()
             )
         );
+        assert_eq!(Status::from_json(&text), Ok(status));
+    }
+
+    /// However many telemetry files the job writes, its status file stays small (K3: one process's
+    /// 100 000 files made 90 MB): the watchdog's tasks are capped, each task's text is bounded by
+    /// the parser, and the rest is one number.
+    #[test]
+    fn the_status_file_stays_small_at_the_worst_telemetry() {
+        let mut status = example();
+        let mut shown = crate::job_telemetry::Shown::default();
+        for task in 0..10_000 {
+            shown.push(crate::job_telemetry::worst_case_task(task));
+        }
+        let shown = shown.finish();
+        status.job_reported = shown.tasks;
+        status.job_reported_not_shown = shown.not_shown;
+        let text = status.to_json();
+        assert_eq!(status.job_reported.len(), crate::job_telemetry::MAX_TASKS_SHOWN);
+        assert!(text.len() <= 96 * 1024, "{} bytes", text.len());
+        let expected = format!(
+            ",\"job_reported_not_shown\":{}}}\n",
+            10_000 - crate::job_telemetry::MAX_TASKS_SHOWN
+        );
+        assert!(text.ends_with(&expected), "{}", &text[text.len() - 80..]);
         assert_eq!(Status::from_json(&text), Ok(status));
     }
 

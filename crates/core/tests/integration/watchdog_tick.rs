@@ -1004,7 +1004,10 @@ fn the_jobs_telemetry_is_shown_and_never_decided_on() {
     };
     let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
     watchdog.set_run(0);
-    watchdog.set_job_reported(vec![lie.clone()]);
+    watchdog.set_job_reported(gmq_core::job_telemetry::Shown {
+        tasks: vec![lie.clone()],
+        not_shown: 0,
+    });
     let (mut gpus, mut slurm, mut lines) = (
         FakeGpus::new(vec![Ok((50 * G, 0))]),
         FakeSlurm::default(),

@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::format::{human_size, percent, table};
-use gmq_core::job_telemetry::ReportedTask;
+use gmq_core::job_telemetry::{ReportedTask, MAX_TASKS_SHOWN};
 use gmq_core::metrics::fragmentation_ratio;
 use gmq_core::node_files;
 use gmq_core::watchdog::status::{GpuStatus, JobHealth, Status};
@@ -237,6 +237,12 @@ pub fn node_text(node: &NodeStatus, now: u64) -> String {
         for task in &job.job_reported {
             out.push_str(&job_reported_line(job.job_id, task, now));
         }
+        if job.job_reported_not_shown > 0 {
+            out.push_str(&format!(
+                "Job {}: {} more task(s) wrote telemetry, not shown (at most {MAX_TASKS_SHOWN}, one per process).\n",
+                job.job_id, job.job_reported_not_shown
+            ));
+        }
     }
     for job in &node.without_status {
         out.push_str(&format!(
@@ -272,6 +278,10 @@ fn job_reported_line(job_id: u32, task: &ReportedTask, now: u64) -> String {
     )
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// The node's jobs as `{"jobs":[...],"without_status":[...],"broken":[...],"unreadable":N}`, compact.
 /// A job is its status file's fields but `version`, `quota_bytes` (each GPU has it) and
 /// `prediction`, with `updated_at` in Unix seconds (`job_reported` keeps the status file's form).
@@ -293,6 +303,9 @@ pub fn node_json(node: &NodeStatus) -> String {
         /// Only where the job reported telemetry: the job's word, each entry marked as such.
         #[serde(skip_serializing_if = "<[ReportedTask]>::is_empty")]
         job_reported: &'a [ReportedTask],
+        /// Only where tasks were left out of `job_reported`: how many.
+        #[serde(skip_serializing_if = "is_zero")]
+        job_reported_not_shown: u64,
     }
     #[derive(Serialize)]
     struct Broken<'a> {
@@ -310,6 +323,7 @@ pub fn node_json(node: &NodeStatus) -> String {
                 updated_at: job.updated_at,
                 gpus: &job.gpus,
                 job_reported: &job.job_reported,
+                job_reported_not_shown: job.job_reported_not_shown,
             })
             .collect(),
         without_status: &node.without_status,

@@ -103,9 +103,27 @@ impl Log {
     }
 }
 
-/// One line of the log: `job JOB: MESSAGE (node NODE)`, on one line.
+/// One line of the log: `job JOB: MESSAGE (node NODE)`, on one line, with no control character
+/// in it ([`escaped`]): what reaches root's log names paths the job's user chose.
 fn log_line(job_id: u32, node: &str, message: &str) -> String {
-    format!("job {job_id}: {} (node {node})", message.replace('\n', " / "))
+    format!("job {job_id}: {} (node {node})", escaped(message))
+}
+
+/// `text` with every control character escaped, so a line shows as written and does nothing to
+/// the terminal an admin reads the log on (review K9: a directory named `d\e[2J\e[Hforged` in a
+/// telemetry failure line reached `watchdog.log` raw; journald keeps such bytes too). A newline
+/// becomes ` / ` (a message of several lines stays one line, readably); every other one (C0,
+/// DEL, C1: `char::is_control`) is written as Rust's escape, `\u{1b}`, `\r`, `\t`. Pure.
+pub(crate) fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str(" / "),
+            c if c.is_control() => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Appends `text` to `<state_dir>/watchdog.log` under the rules above.
@@ -166,6 +184,38 @@ mod tests {
             log_line(12, "n2", "requeued\nnow"),
             "job 12: requeued / now (node n2)"
         );
+    }
+
+    #[test]
+    fn every_control_character_is_escaped() {
+        // (message, as logged)
+        let table = [
+            ("plain text", "plain text"),
+            ("two\nlines", "two / lines"),
+            (
+                "/home/u/d\u{1b}[2J\u{1b}[Hforged/x.json",
+                "/home/u/d\\u{1b}[2J\\u{1b}[Hforged/x.json",
+            ),
+            ("over\rwritten", "over\\rwritten"),
+            ("tab\there", "tab\\there"),
+            ("nul\0bell\u{7}", "nul\\u{0}bell\\u{7}"),
+            ("del\u{7f}", "del\\u{7f}"),
+            ("csi\u{9b}2J", "csi\\u{9b}2J"),
+            ("ünï ✓", "ünï ✓"),
+        ];
+        for (message, want) in table {
+            assert_eq!(escaped(message), want, "{message:?}");
+            let line = log_line(7, "n1", message);
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        // Every control character, one by one.
+        for c in (0..=0x10ffff)
+            .filter_map(char::from_u32)
+            .filter(|c| c.is_control())
+        {
+            let out = escaped(&format!("a{c}b"));
+            assert!(!out.chars().any(char::is_control), "{c:?}: {out:?}");
+        }
     }
 
     #[test]

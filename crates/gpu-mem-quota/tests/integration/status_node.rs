@@ -77,6 +77,7 @@ fn fake_node(runtime: &Path) {
             },
             controller: None,
         }],
+        job_reported_not_shown: 1968,
     };
     fs::write(job_dir(runtime, "101").join("status.json"), status.to_json()).unwrap();
     let documented = r#"{
@@ -111,6 +112,7 @@ JOBID  STATE       GPU  UUID      USED  QUOTA  PEAK  USED/QUOTA  PEAK/QUOTA  UPD
 102    over-quota  3    GPU-cccc  20G   20G    20G   100.0%      100.0%      0s ago
 Job 101: the driver's hard limit is in force (GPU 0 at 40G).
 Job 101 task 0 (pid 4242), as the job reports it 65s ago: allocated 30G of 40G reserved, fragmentation 0.25, 2 alloc retries, 0 OOMs.
+Job 101: 1968 more task(s) wrote telemetry, not shown (at most 32, one per process).
 Job 103: no status file (no quota, or its watchdog is starting).
 Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
 ";
@@ -144,6 +146,8 @@ Job 104: status file unreadable: EOF while parsing a value at line 1 column 14
     assert_eq!(reported["source"], "job-reported");
     assert_eq!(reported["allocator"]["fragmentation"], 0.25);
     assert!(jobs[1].get("job_reported").is_none());
+    assert_eq!(jobs[0]["job_reported_not_shown"], 1968);
+    assert!(jobs[1].get("job_reported_not_shown").is_none());
     assert_eq!(doc["without_status"], serde_json::json!([103]));
     assert_eq!(doc["unreadable"].as_u64(), Some(0));
 }
@@ -175,7 +179,7 @@ fn status_files_that_do_not_fit_are_refused_by_name() {
         ),
         (
             "[]",
-            "invalid length 1, expected struct Status with 9 elements at line 1 column 2",
+            "invalid length 1, expected struct Status with 10 elements at line 1 column 2",
         ),
         ("not json", "expected ident at line 1 column 2"),
     ];

@@ -37,6 +37,7 @@ fn job(job_id: u32, user: &str, gpus: &[(u64, u64)]) -> JobMetrics {
             .collect(),
         events,
         job_reported: Vec::new(),
+        job_reported_not_shown: 0,
     }
 }
 

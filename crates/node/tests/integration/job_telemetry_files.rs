@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use gmq_core::job_telemetry::{file_name, ReportedTask, MAX_FILE_BYTES, SOURCE};
+use gmq_core::job_telemetry::{file_name, ReportedTask, Shown, MAX_FILE_BYTES, MAX_TASKS_SHOWN, SOURCE};
 use gmq_node::telemetry::{read_job_telemetry, Reading, TelemetryReader};
 
 const JOB: u32 = 12;
@@ -193,6 +193,11 @@ fn a_malformed_or_foreign_file_is_refused_naming_file_and_key() {
 
 /// The reader's answer at `at`, waiting for the read it starts (or that runs) to end.
 fn settled(reader: &mut TelemetryReader, at: Instant, pids: &[u32]) -> (Vec<ReportedTask>, Vec<String>) {
+    let (shown, said) = settled_shown(reader, at, pids);
+    (shown.tasks, said)
+}
+
+fn settled_shown(reader: &mut TelemetryReader, at: Instant, pids: &[u32]) -> (Shown, Vec<String>) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(answer) = reader.poll(at, pids) {
@@ -235,9 +240,61 @@ fn the_reader_reads_at_its_pace_and_says_each_failure_once() {
     assert_eq!(
         reader
             .poll(start + every * 3, &[])
-            .map(|(t, s)| (t.len(), s.len())),
-        Some((0, 0))
+            .map(|(t, s)| (t.tasks.len(), t.not_shown, s.len())),
+        Some((0, 0, 0))
     );
     let (tasks, _) = settled(&mut reader, start + every * 3, &[100]);
     assert_eq!(tasks.len(), 1);
+}
+
+/// K3: one process's flood of files (any task number) shows as its lowest task, the rest one
+/// count; many processes show as the capped lowest task numbers. Broken files cost no more than
+/// the failure lines ever logged.
+#[test]
+fn a_flood_of_telemetry_files_is_shown_capped_and_counted() {
+    let world = World::new();
+    world.process(100, &world.work, None);
+    for task in (7..2_007).rev() {
+        fs::write(
+            world.work.join(file_name(JOB, task)),
+            telemetry(JOB, 100, task.into()),
+        )
+        .unwrap();
+    }
+    let reading = world.read(&[100]);
+    assert_eq!(reading.failures, Vec::<String>::new());
+    let shown: Vec<(u32, u32)> = reading.tasks.iter().map(|t| (t.task, t.pid)).collect();
+    assert_eq!(shown, vec![(7, 100)]);
+    assert_eq!(reading.not_shown, 1_999);
+
+    // 40 processes, one file each, in a directory of their own: the lowest task numbers.
+    let many = world.work.join("many");
+    fs::create_dir(&many).unwrap();
+    let pids: Vec<u32> = (200..240).collect();
+    for &pid in &pids {
+        world.process(pid, &many, None);
+        fs::write(many.join(file_name(JOB, 1_000 - pid)), telemetry(JOB, pid, 1)).unwrap();
+    }
+    let reading = world.read(&pids);
+    let tasks: Vec<u32> = reading.tasks.iter().map(|t| t.task).collect();
+    assert_eq!(tasks, (761..761 + MAX_TASKS_SHOWN as u32).collect::<Vec<_>>());
+    assert_eq!(reading.not_shown, 40 - MAX_TASKS_SHOWN as u64);
+
+    // Broken files: at most the lines that could ever be logged, kept.
+    let broken = world.work.join("broken");
+    fs::create_dir(&broken).unwrap();
+    world.process(300, &broken, None);
+    for task in 0..500 {
+        fs::write(broken.join(file_name(JOB, task)), "{").unwrap();
+    }
+    let reading = world.read(&[300]);
+    assert!(reading.tasks.is_empty());
+    assert_eq!(reading.failures.len(), 64);
+
+    // The reader hands on the count.
+    let mut reader = TelemetryReader::new(world.proc_root.clone(), JOB, world.uid, Duration::from_secs(15));
+    let start = Instant::now();
+    assert!(reader.poll(start, &[100]).is_none());
+    let (shown, _) = settled_shown(&mut reader, start, &[100]);
+    assert_eq!((shown.tasks.len(), shown.not_shown), (1, 1_999));
 }

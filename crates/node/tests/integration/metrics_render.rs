@@ -35,6 +35,7 @@ fn two_gpu_job() -> JobMetrics {
         ],
         events,
         job_reported: Vec::new(),
+        job_reported_not_shown: 0,
     }
 }
 
@@ -133,6 +134,9 @@ gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",task="1"} 1
 # TYPE gpu_mem_quota_job_reported_updated_timestamp_seconds gauge
 gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="0"} 1796018400
 gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="1"} 1796018400
+# HELP gpu_mem_quota_job_reported_tasks_not_shown Tasks of the job on this node whose telemetry was read and not exported as series (at most 32 tasks are, one per process and task number).
+# TYPE gpu_mem_quota_job_reported_tasks_not_shown gauge
+gpu_mem_quota_job_reported_tasks_not_shown{job_id="4242",user="alice"} 1
 "#;
     assert_eq!(added, want);
     match promtool_check(&text) {

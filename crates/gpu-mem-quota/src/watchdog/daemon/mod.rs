@@ -416,7 +416,7 @@ impl Daemon {
     /// anything the watchdog does.
     fn read_job_telemetry(&mut self) {
         let pids = self.watchdog.attributed_pids();
-        let Some((tasks, said)) = self.telemetry.poll(Instant::now(), pids) else {
+        let Some((shown, said)) = self.telemetry.poll(Instant::now(), pids) else {
             return;
         };
         for line in said {
@@ -424,7 +424,7 @@ impl Daemon {
                 "the job's telemetry not shown: {line} (the job's word only: enforcement never reads it)"
             ));
         }
-        self.watchdog.set_job_reported(tasks);
+        self.watchdog.set_job_reported(shown);
     }
 
     /// Sets the quota as the driver's hard limit on the job's cgroup, once that cgroup exists (where
