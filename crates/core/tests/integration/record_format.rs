@@ -221,7 +221,7 @@ fn size_bound_degrades_detail_then_folds_but_keeps_counts() {
     assert_eq!(totals.events.get(EventKind::Warn), expected_warns);
     assert_eq!(totals.peak, 8 * GIB);
     assert_eq!(totals.latest_run, Some(1));
-    let folded = r.folded.expect("oldest entries folded");
+    let folded = r.folded.clone().expect("oldest entries folded");
     assert_eq!(folded.entries as usize + r.entries().len(), writers.len());
     // The newest writer always keeps its own entry.
     let last = writers.last().unwrap();
