@@ -26,11 +26,7 @@ use super::{Entry, Folded, GpuPeaks, Record, MAX_RECORD_BYTES};
 /// Shrinks `record` until it renders within the bound. `newest` names the (run, node) entry being
 /// written, which is folded only if it alone cannot fit.
 pub(super) fn fit(record: &mut Record, newest: Option<(u32, &str)>) {
-    if record.node_count() > MAX_NODES_WITH_IDS {
-        for entry in &mut record.entries {
-            drop_ids(entry);
-        }
-    }
+    ids_only_for_a_few_nodes(record);
     while render_unbounded(record).len() > MAX_RECORD_BYTES {
         let order = oldest_first(record, newest);
         let is_newest = |at: usize| Some(record.entries[at].key()) == newest;
@@ -55,6 +51,16 @@ pub(super) fn fit(record: &mut Record, newest: Option<(u32, &str)>) {
         } else {
             // Only the summary is left, and it is far below the bound: numbers only. Never loop.
             break;
+        }
+    }
+    // Entries no longer listed may count as more nodes: fitting a fitted record changes nothing.
+    ids_only_for_a_few_nodes(record);
+}
+
+fn ids_only_for_a_few_nodes(record: &mut Record) {
+    if record.node_count() > MAX_NODES_WITH_IDS {
+        for entry in &mut record.entries {
+            drop_ids(entry);
         }
     }
 }

@@ -20,9 +20,10 @@ pub struct Merged {
 ///
 /// - Text that is not ours stays byte for byte where it was; so do segments of newer versions.
 /// - Our segment keeps its place; an entry of the same node and run is reconciled field by field
-///   (the larger value wins), every other entry is kept. An entry the summary lists as folded
-///   stays folded when the summary holds all it says; otherwise it is taken out of the summary
-///   (its counts with it) and written as an entry: no entry is counted twice.
+///   (the larger value wins), every other entry is kept. The writer's entry, should the summary
+///   list it as folded, is taken out of the summary (its counts with it) and written as an entry:
+///   no entry is counted twice, and the writer's is never left folded. A writer asks
+///   [`is_recorded`] first, and writes nothing when its entry is held already, folded or not.
 /// - Several segments of ours become one, at the first one's place.
 /// - With no segment of ours, the record is appended after a space.
 /// - The segment stays within [`super::MAX_RECORD_BYTES`] (see the `budget` module).
@@ -47,17 +48,15 @@ pub fn merge(existing: &str, update: &Entry) -> Merged {
     }
     let mut update = update.clone();
     update.node = bounded_node_name(&update.node);
-    if !record.holds(&update) {
-        if let Some(counts) = record
-            .folded
-            .as_mut()
-            .and_then(|f| f.unfold(update.run, &update.node))
-        {
-            update.facts.join_counts(&counts);
-        }
-        record.insert(update.clone());
-        record.normalize();
+    if let Some(counts) = record
+        .folded
+        .as_mut()
+        .and_then(|f| f.unfold(update.run, &update.node))
+    {
+        update.facts.join_counts(&counts);
+        record.drop_empty_summary();
     }
+    record.insert(update.clone());
     fit(&mut record, Some(update.key()));
     Merged {
         admin_comment: splice(existing, &ours, &render_unbounded(&record)),

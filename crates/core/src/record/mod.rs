@@ -276,13 +276,25 @@ impl Record {
         let Some(folded) = &mut self.folded else {
             return;
         };
+        let mut unfolded = false;
         for entry in &mut self.entries {
             if let Some(counts) = folded.unfold(entry.run, &entry.node) {
                 entry.facts.join_counts(&counts);
+                unfolded = true;
             }
         }
-        // Every folded entry taken back out: its peak and times are in the entries themselves.
-        if folded.entries == 0 && Counts::of(&folded.facts) == Counts::default() {
+        if unfolded {
+            self.drop_empty_summary();
+        }
+    }
+
+    /// Every folded entry taken back out: the summary goes (its peak and times are the entries').
+    pub(super) fn drop_empty_summary(&mut self) {
+        if self
+            .folded
+            .as_ref()
+            .is_some_and(|f| f.entries == 0 && Counts::of(&f.facts) == Counts::default())
+        {
             self.folded = None;
         }
     }
