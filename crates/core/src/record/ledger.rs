@@ -253,10 +253,14 @@ fn expand(item: &str, host: &str) -> Result<Vec<String>, RecordError> {
     let Some((first, last)) = host.split_once('*') else {
         return Ok(vec![decode(host).ok_or_else(bad)?]);
     };
-    let (prefix, digits) = split_number(first);
-    if digits.is_empty() || digits.len() > 18 || digits.len() != last.len() {
+    // The numbers have the width of the last one: the prefix, percent-encoded, may itself end in
+    // digits (`x%201*3` is `x 1` to `x 3`).
+    let width = last.len();
+    let cut = first.len().checked_sub(width).ok_or_else(bad)?;
+    if width == 0 || width > 18 || !first.is_char_boundary(cut) {
         return Err(bad());
     }
+    let (prefix, digits) = first.split_at(cut);
     let (Some(from), Some(to)) = (number(digits), number(last)) else {
         return Err(bad());
     };
@@ -264,7 +268,10 @@ fn expand(item: &str, host: &str) -> Result<Vec<String>, RecordError> {
         return Err(bad());
     }
     let prefix = decode(prefix).ok_or_else(bad)?;
-    let width = digits.len();
+    if prefix.ends_with(|c: char| c.is_ascii_digit()) {
+        // Not how it is written: the number takes every digit at the end of the name.
+        return Err(bad());
+    }
     Ok((from..=to).map(|n| format!("{prefix}{n:0width$}")).collect())
 }
 
@@ -290,11 +297,19 @@ mod tests {
         ledger.insert((0, "gpu031".into()), counts(2, 1));
         ledger.insert((0, "login.x y".into()), counts(0, 0));
         ledger.insert((1, "n9".into()), counts(0, 0));
+        for n in 1..=3 {
+            ledger.insert((2, format!("x {n}")), counts(0, 0));
+            ledger.insert((2, format!("%{n:02}")), counts(1, 0));
+        }
         ledger.insert((1, "n10".into()), counts(0, 0));
         let fields = render(&ledger);
         assert_eq!(
             fields,
-            ["f0=login.x%20y@/gpu001*026:gpu030@1/gpu031@2.0.1.1", "f1=n9:n10@"]
+            [
+                "f0=login.x%20y@/gpu001*026:gpu030@1/gpu031@2.0.1.1",
+                "f1=n9:n10@",
+                "f2=x%201*3@/%2501*03@1"
+            ]
         );
         let mut back = Ledger::new();
         for field in &fields {
@@ -305,12 +320,45 @@ mod tests {
     }
 
     #[test]
+    fn any_names_and_counts_read_back() {
+        let mut seed = 1u64;
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let alphabet: Vec<char> = "ab0123456789 %*@/:.-_é".chars().collect();
+        for _ in 0..500 {
+            let mut ledger = Ledger::new();
+            for _ in 0..next() % 40 {
+                let len = 1 + next() % 6;
+                let name: String = (0..len)
+                    .map(|_| alphabet[next() as usize % alphabet.len()])
+                    .collect();
+                let mut c = counts((next() % 3) as u32, (next() % 2) as u32);
+                c.over_warn_secs = next() % 2 * next();
+                ledger.insert(((next() % 3) as u32, name), c);
+            }
+            let mut back = Ledger::new();
+            for field in render(&ledger) {
+                let (key, value) = field.split_once('=').unwrap();
+                assert!(parse_field("x", key, value, &mut back).unwrap(), "{field}");
+            }
+            assert_eq!(back, ledger);
+        }
+    }
+
+    #[test]
     fn bad_lists_are_errors() {
         for value in [
             "gpu001*026",
             "gpu001*26@1",
             "gpu026*001@1",
             "gpu*010@1",
+            "gpu1*010@1",
+            "*1@1",
+            "a*@1",
             "n0*99999999@",
             "a@1/a@2",
             "a%zz@",
