@@ -4,7 +4,8 @@
 //! AdminComment as found. Whatever was found, the merged text:
 //! - reads back as a record holding the writer's entry (never folded, never lost);
 //! - keeps every word of other tools' text, in order;
-//! - stays within the size bound, and merging the same entry again changes nothing.
+//! - stays within the size bound, and holds the entry by `is_recorded`'s reading (what the
+//!   record says, not its bytes), so that its writer has nothing more to write.
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
@@ -109,6 +110,6 @@ fuzz_target!(|data: &[u8]| {
     );
     assert!(
         is_recorded(&merged, &entry),
-        "merging into {merged:?} again changes it"
+        "{merged:?} does not hold the entry merged into it"
     );
 });

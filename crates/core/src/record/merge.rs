@@ -20,7 +20,10 @@ pub struct Merged {
 ///
 /// - Text that is not ours stays byte for byte where it was; so do segments of newer versions.
 /// - Our segment keeps its place; an entry of the same node and run is reconciled field by field
-///   (the larger value wins), every other entry is kept.
+///   (the larger value wins), every other entry is kept. The writer's entry, should the summary
+///   list it as folded, is taken out of the summary (its counts with it) and written as an entry:
+///   no entry is counted twice, and the writer's is never left folded. A writer asks
+///   [`is_recorded`] first, and writes nothing when its entry is held already, folded or not.
 /// - Several segments of ours become one, at the first one's place.
 /// - With no segment of ours, the record is appended after a space.
 /// - The segment stays within [`super::MAX_RECORD_BYTES`] (see the `budget` module).
@@ -45,6 +48,14 @@ pub fn merge(existing: &str, update: &Entry) -> Merged {
     }
     let mut update = update.clone();
     update.node = bounded_node_name(&update.node);
+    if let Some(counts) = record
+        .folded
+        .as_mut()
+        .and_then(|f| f.unfold(update.run, &update.node))
+    {
+        update.facts.join_counts(&counts);
+        record.drop_empty_summary();
+    }
     record.insert(update.clone());
     fit(&mut record, Some(update.key()));
     Merged {
@@ -53,10 +64,18 @@ pub fn merge(existing: &str, update: &Entry) -> Merged {
     }
 }
 
-/// Whether `admin_comment` already holds everything `update` says: merging it would change nothing.
-/// A writer reads the AdminComment back after writing and retries while this is false.
+/// Whether `admin_comment` already holds everything `update` says ([`super::Record::holds`]): by
+/// what our record in it means, not by its bytes, so that detail another writer dropped to fit
+/// the size bound, or an entry it folded, never reads as missing (review K4). A writer reads the
+/// AdminComment back after writing and retries while this is false; when it is true, the writer
+/// has nothing to write. A segment of ours that cannot be read holds nothing.
 pub fn is_recorded(admin_comment: &str, update: &Entry) -> bool {
-    merge(admin_comment, update).admin_comment == admin_comment
+    let mut update = update.clone();
+    update.node = bounded_node_name(&update.node);
+    match super::parse(admin_comment) {
+        Ok(Some(record)) => record.holds(&update),
+        _ => false,
+    }
 }
 
 /// Node names longer than [`MAX_NODE_NAME_BYTES`] are cut (at a character boundary). Slurm's

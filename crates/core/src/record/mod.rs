@@ -18,13 +18,16 @@ mod budget;
 mod error;
 mod event;
 mod join;
+mod ledger;
 mod locate;
 mod merge;
 mod text;
 
+pub use budget::MAX_NODES_WITH_IDS;
 pub use error::RecordError;
 pub use event::LastEvent;
 pub use event::{EventCounts, EventKind};
+pub use ledger::Counts;
 pub use merge::{is_recorded, merge};
 pub use text::{parse, render};
 
@@ -111,7 +114,7 @@ pub struct Facts {
 }
 
 /// The sum of entries that no longer fit the size bound.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Folded {
     /// How many (node, run) entries were folded in.
     pub entries: u32,
@@ -119,6 +122,9 @@ pub struct Folded {
     pub peak: u64,
     /// Their counters summed, the latest of their times.
     pub facts: Facts,
+    /// Which of them are listed by (run, node), with the counts each brought (all of them, unless
+    /// even the list did not fit): an entry is folded once ([`ledger`]).
+    listed: ledger::Ledger,
 }
 
 /// The job-level view of a record, for reports.
@@ -179,6 +185,25 @@ impl Entry {
         self.facts.last_event = self.facts.last_event.max(Some(LastEvent { at, kind }));
     }
 
+    /// Whether this entry says at least what `other` (of the same node and run) says: a quota,
+    /// peaks and counts as high, events as late. GPU ids are not looked at, and neither is
+    /// per-GPU detail once this entry has only its largest peak.
+    pub fn covers(&self, other: &Entry) -> bool {
+        let peaks = match (&self.peaks, &other.peaks) {
+            (GpuPeaks::Each(mine), GpuPeaks::Each(theirs)) => theirs.iter().all(|gpu| {
+                mine.binary_search_by_key(&gpu.index, |g| g.index)
+                    .is_ok_and(|at| mine[at].peak >= gpu.peak)
+            }),
+            _ => self.peak() >= other.peak(),
+        };
+        let (mine, theirs) = (&self.facts, &other.facts);
+        self.quota >= other.quota
+            && peaks
+            && Counts::of(mine).covers(&Counts::of(theirs))
+            && mine.last_event >= theirs.last_event
+            && mine.updated_at >= theirs.updated_at
+    }
+
     /// The largest peak over this entry's GPUs (0 before any sample).
     pub fn peak(&self) -> u64 {
         self.peaks.highest()
@@ -207,6 +232,71 @@ impl Record {
     /// The entry of one node and run, if recorded.
     pub fn entry(&self, node: &str, run: u32) -> Option<&Entry> {
         self.entries.iter().find(|e| e.key() == (run, node))
+    }
+
+    /// Whether the record already says everything `update` says, in its entry of the same node
+    /// and run (GPU ids and per-GPU detail dropped to fit do not count: see [`Entry::covers`]) or
+    /// folded into the summary with counts as high. What a writer checks before and after it
+    /// writes: the meaning, not the bytes, so that another writer's folding or dropping of
+    /// detail never makes an entry look missing (review K4).
+    pub fn holds(&self, update: &Entry) -> bool {
+        if let Some(stored) = self.entry(&update.node, update.run) {
+            return stored.covers(update);
+        }
+        let Some(folded) = &self.folded else {
+            return false;
+        };
+        folded
+            .listed
+            .get(&(update.run, update.node.clone()))
+            .is_some_and(|counts| {
+                counts.covers(&Counts::of(&update.facts))
+                    && folded.peak >= update.peak()
+                    && folded.facts.last_event >= update.facts.last_event
+                    && folded.facts.updated_at >= update.facts.updated_at
+            })
+    }
+
+    /// How many nodes the record names or counts: every node of an entry or listed in the
+    /// summary, and every entry folded without being listed.
+    pub fn node_count(&self) -> usize {
+        let mut nodes: std::collections::BTreeSet<&str> =
+            self.entries.iter().map(|e| e.node.as_str()).collect();
+        let mut unlisted = 0;
+        if let Some(folded) = &self.folded {
+            nodes.extend(folded.listed.keys().map(|(_, node)| node.as_str()));
+            unlisted = (folded.entries as usize).saturating_sub(folded.listed.len());
+        }
+        nodes.len() + unlisted
+    }
+
+    /// One node-run counted once: an entry that is also listed in the summary (two writers'
+    /// views joined, a hand edit) is taken out of the summary, its counts joined into the entry.
+    pub(super) fn normalize(&mut self) {
+        let Some(folded) = &mut self.folded else {
+            return;
+        };
+        let mut unfolded = false;
+        for entry in &mut self.entries {
+            if let Some(counts) = folded.unfold(entry.run, &entry.node) {
+                entry.facts.join_counts(&counts);
+                unfolded = true;
+            }
+        }
+        if unfolded {
+            self.drop_empty_summary();
+        }
+    }
+
+    /// Every folded entry taken back out: the summary goes (its peak and times are the entries').
+    pub(super) fn drop_empty_summary(&mut self) {
+        if self
+            .folded
+            .as_ref()
+            .is_some_and(|f| f.entries == 0 && Counts::of(&f.facts) == Counts::default())
+        {
+            self.folded = None;
+        }
     }
 
     /// Sums over every entry and the folded summary.

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 
 use super::budget::fit;
 use super::error::bad_item;
+use super::ledger;
 use super::locate::segments;
 use super::{
     Entry, EventCounts, EventKind, Facts, Folded, GpuPeak, GpuPeaks, LastEvent, Record, RecordError,
@@ -90,6 +91,10 @@ fn render_entry(entry: &Entry) -> String {
 fn render_folded(folded: &Folded) -> String {
     let mut out = format!("*:n={},pk={}", folded.entries, size_text(folded.peak));
     render_facts(&mut out, &folded.facts);
+    for field in ledger::render(&folded.listed) {
+        out.push(',');
+        out.push_str(&field);
+    }
     out
 }
 
@@ -145,7 +150,7 @@ fn is_punctuation(b: u8) -> bool {
     matches!(b, b';' | b':' | b',' | b'=' | b'/' | b'@' | b'*' | b'%')
 }
 
-fn encode(name: &str) -> String {
+pub(super) fn encode(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for b in name.bytes() {
         if is_unreserved(b) {
@@ -157,7 +162,7 @@ fn encode(name: &str) -> String {
     out
 }
 
-fn decode(text: &str) -> Option<String> {
+pub(super) fn decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -211,6 +216,7 @@ pub(super) fn parse_body(body: &str, offset: usize) -> Result<Record, RecordErro
             record.insert(parse_entry(item, head, &fields)?);
         }
     }
+    record.normalize();
     Ok(record)
 }
 
@@ -305,11 +311,11 @@ fn parse_folded(item: &str, fields: &Fields) -> Result<Folded, RecordError> {
     let entries = entries.ok_or_else(|| bad_item(item, "n= (entries folded) is missing or not a number"))?;
     let peak = fields.get("pk").map_or(Some(0), parse_size_text);
     let peak = peak.ok_or_else(|| bad_item(item, "pk= is not a size"))?;
-    Ok(Folded {
-        entries,
-        peak,
-        facts: parse_facts(item, fields)?,
-    })
+    let mut listed = ledger::Ledger::new();
+    for (key, value) in &fields.0 {
+        ledger::parse_field(item, key, value, &mut listed)?;
+    }
+    Ok(Folded::read(entries, peak, parse_facts(item, fields)?, listed))
 }
 
 /// The fields entries and the folded summary share. Unknown fields are skipped: a later version
@@ -350,7 +356,7 @@ fn parse_facts(item: &str, fields: &Fields) -> Result<Facts, RecordError> {
 }
 
 /// A whole number in plain decimal digits (no sign, no spaces), if it fits in a u64.
-fn number(text: &str) -> Option<u64> {
+pub(super) fn number(text: &str) -> Option<u64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }

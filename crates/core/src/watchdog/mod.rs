@@ -108,6 +108,9 @@ pub struct Watchdog {
     /// When to look for that write again (a multi-node job's: another node's write from an older
     /// read may replace it after it was read back); `None` once it has settled there.
     record_confirm_at: Option<Instant>,
+    /// When the write that armed those looks was made: they are counted from it, and a write a
+    /// look makes arms none (review K4).
+    record_looks_from: Option<Instant>,
     /// A failure to put it there was logged (once per job).
     record_failure_logged: bool,
     /// After a failed AdminComment update: how many in a row, and when the next may be tried
@@ -155,6 +158,7 @@ impl Watchdog {
             record_shared: false,
             record_written: None,
             record_confirm_at: None,
+            record_looks_from: None,
             record_failure_logged: false,
             record_failures: 0,
             record_retry_at: None,

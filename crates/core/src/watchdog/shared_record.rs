@@ -34,7 +34,9 @@ const RECORD_GROWTH_PERCENT: u64 = 10;
 /// one read-merge-write of the other node: well under a second with a slurmctld that answers
 /// (the first look, soon enough for a job that ends seconds after its nodes' first writes, which
 /// all come at once), seconds at most with a busy one (the second). One read more per look, for
-/// multi-node jobs only, a handful of times per job.
+/// multi-node jobs only, a handful of times per job: the looks are counted from the write that was
+/// due (a new peak), and a write a look makes adds none, so each due write costs slurmctld at
+/// most `1 + RECORD_SETTLE.len()` read-merge-writes however the other nodes write (review K4).
 const RECORD_SETTLE: [Duration; 2] = [Duration::from_secs(3), Duration::from_secs(15)];
 
 /// The next look for an entry written at `written` that is due after `now`, if any is left.
@@ -135,8 +137,10 @@ impl Watchdog {
     /// always so when the other nodes of a multi-node job learn that it ended. Other nodes merge
     /// into the same text at about the same time, so their writes are read back and repeated
     /// ([`record_entry`]), tried again soon if they still lost, and looked for again
-    /// [`RECORD_SETTLE`] after they were kept, since a slower node's merge may still replace them.
-    /// Never acts on the job; a failure is logged once.
+    /// [`RECORD_SETTLE`] after they were kept, since a slower node's merge may still replace them
+    /// (a look that finds the entry gone writes it again, and arms no further look). Whether the
+    /// entry is there is judged by what the record says ([`record::is_recorded`]), not by its
+    /// bytes. Never acts on the job; a failure is logged once.
     pub fn keep_record_current(
         &mut self,
         now: Instant,
@@ -149,20 +153,24 @@ impl Watchdog {
         if self.record_retry_at.is_some_and(|at| now < at) {
             return;
         }
-        let confirming = self.record_confirm_at.is_some_and(|at| now >= at);
-        // Cloned only when due: this runs every sample.
-        let entry = match &self.entry {
-            Some(entry) if confirming || record_due(self.last_record_write(), now, entry.peak()) => {
-                entry.clone()
-            }
-            _ => return,
+        let Some(entry) = &self.entry else {
+            return;
         };
+        let due = record_due(self.last_record_write(), now, entry.peak());
+        let looking = !due && self.record_confirm_at.is_some_and(|at| now >= at);
+        if !due && !looking {
+            return;
+        }
+        // Cloned only when due: this runs every sample.
+        let entry = entry.clone();
         let comment = control.admin_comment();
-        if confirming {
-            self.record_confirm_at = None;
-            if let (Ok(AdminComment::Read(text)), Some((at, written))) = (&comment, &self.record_written) {
+        if looking {
+            // The looks are a fixed budget counted from the write that armed them: whatever this
+            // one finds, and whether or not it writes, it never adds a look (review K4).
+            let armed = self.record_looks_from.unwrap_or(now);
+            self.record_confirm_at = next_look(armed, now);
+            if let (Ok(AdminComment::Read(text)), Some((_, written))) = (&comment, &self.record_written) {
                 if record::is_recorded(text, written) {
-                    self.record_confirm_at = next_look(*at, now);
                     return;
                 }
             }
@@ -173,7 +181,8 @@ impl Watchdog {
                 self.record_written = Some((now, entry));
                 self.record_failures = 0;
                 self.record_retry_at = None;
-                if self.record_shared {
+                if due && self.record_shared {
+                    self.record_looks_from = Some(now);
                     self.record_confirm_at = next_look(now, now);
                 }
                 return;

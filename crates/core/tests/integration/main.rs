@@ -10,6 +10,7 @@ mod config_quota;
 mod config_validation;
 mod predict_series;
 mod record_format;
+mod record_settle;
 mod slurm_text_parse;
 mod watchdog_heal;
 mod watchdog_lifetime;

@@ -221,7 +221,7 @@ fn size_bound_degrades_detail_then_folds_but_keeps_counts() {
     assert_eq!(totals.events.get(EventKind::Warn), expected_warns);
     assert_eq!(totals.peak, 8 * GIB);
     assert_eq!(totals.latest_run, Some(1));
-    let folded = r.folded.expect("oldest entries folded");
+    let folded = r.folded.clone().expect("oldest entries folded");
     assert_eq!(folded.entries as usize + r.entries().len(), writers.len());
     // The newest writer always keeps its own entry.
     let last = writers.last().unwrap();
@@ -393,4 +393,137 @@ fn random_mutations_never_panic_and_merge_always_yields_a_readable_record() {
         assert!(r.unwrap().entry("gpu03", 2).is_some());
         assert!(is_recorded(&merged.admin_comment, &update), "{text:?}");
     }
+}
+
+/// `nodes` entries of `gpus` GPUs each (with ids), one warning each, merged one after another.
+fn job_record(nodes: u32, gpus: u32) -> (String, Vec<Entry>) {
+    let mut text = String::new();
+    let mut writers = Vec::new();
+    for n in 0..nodes {
+        let mut e = entry(&format!("gpu{n:03}"), 0);
+        for g in 0..gpus {
+            e.observe_gpu(g, Some(&format!("{n:04x}{g:04x}")), 37 * GIB);
+        }
+        e.count_event(EventKind::Warn, 1_796_000_000);
+        text = merge(&text, &e).admin_comment;
+        writers.push(e);
+    }
+    (text, writers)
+}
+
+#[test]
+fn an_entry_whose_detail_another_writer_dropped_is_still_recorded() {
+    // K4: after eight 8-GPU nodes wrote, 7 of the 8 entries read as "not recorded" (their GPU ids
+    // were dropped to fit), and each writer's merge put its own back and pushed another's out.
+    let (text, writers) = job_record(8, 8);
+    for w in &writers {
+        assert!(is_recorded(&text, w), "{}: {text}", w.node);
+    }
+    // More than MAX_NODES_WITH_IDS nodes: no GPU id is written at all, the writer's neither.
+    assert!(!text.contains("/0000"), "{text}");
+    let (small, _) = job_record(2, 8);
+    assert!(small.contains("g7=37G/00010007"), "{small}");
+}
+
+#[test]
+fn a_folded_node_that_writes_again_is_counted_once() {
+    // K4: 40 nodes of 4 GPUs summed 26418 warnings for 40 in an hour.
+    let (text, writers) = job_record(40, 4);
+    let r = parse(&text).unwrap().unwrap();
+    let folded = r.folded.clone().expect("some folded");
+    assert_eq!(folded.unlisted_entries(), 0, "{text}");
+    assert!(text.contains(",f0=gpu000*"), "{text}");
+    assert_eq!(r.totals().events.get(EventKind::Warn), 40);
+    // Every writer, folded or not, finds itself recorded: nobody writes again.
+    assert!(writers.iter().all(|w| is_recorded(&text, w)), "{text}");
+    // Merged again anyway (an older release's check), it is still counted once.
+    let again = writers
+        .iter()
+        .fold(text.clone(), |t, w| merge(&t, w).admin_comment);
+    assert_eq!(
+        parse(&again)
+            .unwrap()
+            .unwrap()
+            .totals()
+            .events
+            .get(EventKind::Warn),
+        40
+    );
+    // A folded node with something new comes out of the summary, its counts with it.
+    let mut more = writers[0].clone();
+    more.count_event(EventKind::Warn, 1_796_000_100);
+    assert!(!is_recorded(&text, &more));
+    let text = merge(&text, &more).admin_comment;
+    let r = parse(&text).unwrap().unwrap();
+    assert_eq!(r.totals().events.get(EventKind::Warn), 41, "{text}");
+    assert_eq!(r.entry("gpu000", 0).unwrap().facts.events.get(EventKind::Warn), 2);
+    assert!(is_recorded(&text, &more) && writers.iter().all(|w| is_recorded(&text, w)));
+    assert_eq!(r.node_count(), 40);
+}
+
+#[test]
+fn a_summary_without_a_list_reads_as_before() {
+    // Written by an earlier release: counts summed, nodes not listed.
+    let text = "gpu-mem-quota:v1{a/0:q=40G,pk=1G,warn=1;*:n=3,pk=2G,warn=3,restarts=1}";
+    let r = parse(text).unwrap().unwrap();
+    let folded = r.folded.clone().unwrap();
+    assert_eq!((folded.entries, folded.unlisted_entries()), (3, 3));
+    assert_eq!(r.totals().events.get(EventKind::Warn), 4);
+    assert_eq!(r.node_count(), 4);
+    assert_eq!(render(&r), text);
+    // A reader of an earlier release skips the list and keeps the sums.
+    let listed = "gpu-mem-quota:v1{*:n=2,pk=2G,warn=2,f0=b1*2@1}";
+    let r = parse(listed).unwrap().unwrap();
+    assert_eq!(r.folded.as_ref().unwrap().unlisted_entries(), 0);
+    assert_eq!(render(&r), listed);
+    let mut b2 = entry("b2", 0);
+    b2.count_event(EventKind::Warn, 5);
+    assert!(
+        !is_recorded(listed, &b2),
+        "no peak or last event as late in the summary"
+    );
+    b2.facts.last_event = None;
+    assert!(is_recorded(listed, &b2));
+}
+
+#[test]
+fn random_mutations_of_a_folded_record_read_and_render_stably() {
+    // What the record_parse and record_merge fuzz targets check, on a record whose summary lists
+    // the nodes it folded: read, it renders within the bound to a text that reads back and renders
+    // the same, with the same highest peak; merged into, it holds the writer's entry.
+    let (base, _) = job_record(40, 4);
+    let base = merge(&base, &busy_entry("gpu017", 1)).admin_comment;
+    let alphabet: Vec<char> = "gpu0123456789*@/:.f=,;{}GM%x".chars().collect();
+    let mut rng = Lcg(7);
+    let update = busy_entry("gpu003", 0);
+    let mut read = 0;
+    for _ in 0..3000 {
+        let mut chars: Vec<char> = base.chars().collect();
+        for _ in 0..1 + rng.next() % 3 {
+            let at = (rng.next() as usize) % (chars.len() + 1);
+            let c = alphabet[(rng.next() as usize) % alphabet.len()];
+            match rng.next() % 3 {
+                0 if at < chars.len() => chars[at] = c,
+                1 if at < chars.len() => {
+                    chars.remove(at);
+                }
+                _ => chars.insert(at, c),
+            }
+        }
+        let text: String = chars.into_iter().collect();
+        if let Ok(Some(found)) = parse(&text) {
+            read += 1;
+            let rendered = render(&found);
+            assert!(rendered.len() <= MAX_RECORD_BYTES, "{text:?}");
+            let again = parse(&rendered).unwrap().unwrap();
+            assert_eq!(render(&again), rendered, "{text:?}");
+            assert_eq!(again.totals().peak, found.totals().peak, "{text:?}");
+        }
+        let merged = merge(&text, &update).admin_comment;
+        let r = parse(&merged).unwrap_or_else(|e| panic!("{text:?} -> {merged:?}: {e}"));
+        assert!(r.unwrap().entry("gpu003", 0).is_some(), "{merged:?}");
+        assert!(is_recorded(&merged, &update), "{text:?} -> {merged:?}");
+        assert_eq!(merge(&merged, &update).admin_comment, merged, "{text:?}");
+    }
+    assert!(read > 500, "{read} of 3000 read");
 }
