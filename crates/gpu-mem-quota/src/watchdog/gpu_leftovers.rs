@@ -6,8 +6,9 @@
 //! in Slurm ends it with the job: it would keep its GPU memory while Slurm hands the GPU out
 //! again. The watchdog has NVML open; once the job's run here is over (the epilog's signal, or
 //! the job's cgroup empty and slurmctld saying so), it looks at the job's GPUs once more:
-//! - a process of the job's user that no other job claims is left behind: SIGKILLed through a
-//!   pidfd (`[enforcement] kill_leftovers = false`: logged only);
+//! - a process of the job's user that no other job claims at a level Slurm made is left behind
+//!   (one the user parked in a cgroup they made below another of their jobs too: review K2):
+//!   SIGKILLed through a pidfd (`[enforcement] kill_leftovers = false`: logged only);
 //! - unless another job of the same user is on that GPU (a Slurm-made cgroup claims one of its
 //!   processes, or it is in the node's registry with that GPU): whose process it is cannot be
 //!   told, so it is left running, and the log says so. The wrong job is never killed.
@@ -167,11 +168,31 @@ mod tests {
             (1, owner(13, UID, &[(9, Level::User)])),
         ];
         let found = decide(&listed, (JOB, UID), &[], true);
-        assert_eq!(verdicts(&found), [(10, Verdict::Kill), (12, Verdict::Kill)]);
+        let all = [10, 12, 13];
+        assert_eq!(verdicts(&found), all.map(|pid| (pid, Verdict::Kill)));
         let found = decide(&listed, (JOB, UID), &[], false);
+        assert_eq!(verdicts(&found), all.map(|pid| (pid, Verdict::ReportOnly)));
+    }
+
+    #[test]
+    fn a_process_parked_below_another_jobs_step_is_killed_at_the_end_of_the_job_whose_gpu_it_is_on() {
+        // K2 (a): job 7's GPU process in a cgroup the user made below job 9's step (a CPU-only
+        // job: nothing of job 9 is on the GPU), in every hierarchy or in one.
+        let listed = [
+            (0, owner(10, UID, &[(9, Level::User)])),
+            (0, owner(11, UID, &[(JOB, Level::Slurm), (9, Level::User)])),
+            (0, owner(12, UID, &[(9, Level::User), (10, Level::User)])),
+        ];
+        let found = decide(&listed, (JOB, UID), &[], true);
+        assert_eq!(verdicts(&found), [10, 11, 12].map(|pid| (pid, Verdict::Kill)));
+        // Where job 9 is on that GPU for sure (its own process there), whose it is cannot be
+        // told: left running, and job 9's watchdog counts it (rule 2) and decides at its end.
+        let mut listed = listed.to_vec();
+        listed.push((0, owner(20, UID, &[(9, Level::Slurm)])));
+        let found = decide(&listed, (JOB, UID), &[], true);
         assert_eq!(
             verdicts(&found),
-            [(10, Verdict::ReportOnly), (12, Verdict::ReportOnly)]
+            [10, 11, 12].map(|pid| (pid, Verdict::MaybeOfJob(9)))
         );
     }
 
