@@ -11,7 +11,8 @@
 //!   SIGKILLed through a pidfd (`[enforcement] kill_leftovers = false`: logged only);
 //! - unless another job of the same user is on that GPU (a Slurm-made cgroup claims one of its
 //!   processes, or it is in the node's registry with that GPU): whose process it is cannot be
-//!   told, so it is left running, and the log says so. The wrong job is never killed.
+//!   told, so it is left running, and the log says so. The wrong job is never killed;
+//! - nor is root's process, for a job run as root (review K10): logged, left running.
 
 use std::path::Path;
 
@@ -28,6 +29,8 @@ pub(crate) enum Verdict {
     ReportOnly,
     /// Another job of the user is on the GPU: the process may be that job's.
     MaybeOfJob(u32),
+    /// Root's, left by a job run as root: root's processes are root's to end (review K10).
+    RootsLeftRunning,
 }
 
 /// One left-behind process and what to do with it.
@@ -62,6 +65,7 @@ pub(crate) fn decide(
         .filter(|(_, owner)| attribute::at_job_end(owner, job_id, uid) == AtJobEnd::LeftBehind)
         .filter_map(|(gpu, owner)| {
             let verdict = match other_job_on(*gpu) {
+                _ if uid == 0 => Verdict::RootsLeftRunning,
                 Some(other) => Verdict::MaybeOfJob(other),
                 None if kill => Verdict::Kill,
                 None => Verdict::ReportOnly,
@@ -124,6 +128,9 @@ pub(crate) fn sweep(
             Verdict::ReportOnly => {
                 report.error(&format!("{what} (kill_leftovers = false: left running)"))
             }
+            Verdict::RootsLeftRunning => report.warning(&format!(
+                "{what}: root's, left running (no process of root's is ever killed at a job's end)"
+            )),
             Verdict::MaybeOfJob(other) => report.warning(&format!(
                 "{what}: left running, since job {other} of the same user is on that GPU and it may be that job's"
             )),
@@ -194,6 +201,22 @@ mod tests {
             verdicts(&found),
             [10, 11, 12].map(|pid| (pid, Verdict::MaybeOfJob(9)))
         );
+    }
+
+    #[test]
+    fn a_root_jobs_leftovers_are_roots_and_left_running() {
+        let listed = [
+            (0, owner(10, 0, &[])),
+            (0, owner(11, 0, &[(JOB, Level::User)])),
+            (0, owner(12, UID, &[])),
+            (0, owner(13, 0, &[(8, Level::Slurm)])),
+        ];
+        for kill in [true, false] {
+            assert_eq!(
+                verdicts(&decide(&listed, (JOB, 0), &[], kill)),
+                [(10, Verdict::RootsLeftRunning), (11, Verdict::RootsLeftRunning)]
+            );
+        }
     }
 
     #[test]
