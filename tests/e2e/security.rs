@@ -1114,6 +1114,249 @@ fn g7_a_users_process_outside_the_job_on_its_gpu_does_not_outlive_it() {
     eprintln!("g7: job {job}: process {pid}, outside the job, killed at the job's end");
 }
 
+/// K2's helper: claims 20G of GPU $1 for itself, moves itself into each cgroup named after $2
+/// (made as needed; a new cpuset level gets its parent's CPUs and memory nodes), says where it
+/// is, touches $2, and stays.
+fn write_parker(dir: &Path) -> PathBuf {
+    let park = dir.join("park.sh");
+    let script = r#"#!/bin/bash
+gpu=$1 done=$2
+shift 2
+echo 20G > FAKE_PROCS/$gpu/$$
+for to in "$@"; do
+    d=$to new=()
+    while [ ! -d "$d" ]; do new=("$d" "${new[@]}"); d=${d%/*}; done
+    for n in "${new[@]}"; do
+        mkdir "$n" || echo "cannot-make $n"
+        if [ -f "${n%/*}/cpuset.cpus" ]; then
+            cat "${n%/*}/cpuset.cpus" > "$n/cpuset.cpus"
+            cat "${n%/*}/cpuset.mems" > "$n/cpuset.mems"
+        fi
+    done
+    echo $$ > "$to/cgroup.procs" || echo "not-parked $to"
+done
+echo "parked=$$ gpu=$gpu"
+sed 's/^/cgroup:/' /proc/$$/cgroup
+touch "$done"
+exec sleep 600 </dev/null >/dev/null 2>&1
+"#;
+    std::fs::write(&park, script.replace("FAKE_PROCS", FAKE_PROCS)).unwrap();
+    std::fs::set_permissions(&park, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    park
+}
+
+/// The parked process of job `job` (its output's `parked=`), its GPU and its cgroup lines.
+fn parked(job: u32, output: &str) -> (u32, String, Vec<String>) {
+    let pid = value_of(output, "parked")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("job {job} parked nothing: {output}"));
+    let gpu = value_of(output, "gpu").unwrap_or_default();
+    let lines = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("cgroup:"))
+        .map(str::to_string)
+        .collect();
+    (pid, gpu, lines)
+}
+
+/// Whether the fake NVML still counts `pid`'s claim on `gpu`: its file is there and it lives.
+fn claim_counted(gpu: &str, pid: u32) -> bool {
+    fake_nvml_dir()
+        .join("procs")
+        .join(gpu)
+        .join(pid.to_string())
+        .exists()
+        && Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Ends a parked process the test did not see killed, removes its claim and the cgroups below
+/// `below` (per hierarchy) that it was parked in.
+fn unpark(pid: u32, gpu: &str, made: &[PathBuf]) {
+    if Path::new(&format!("/proc/{pid}")).exists() {
+        let _ = Command::new("/bin/kill").args(["-9", &pid.to_string()]).status();
+        let _ = wait_until(Duration::from_secs(5), || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        });
+    }
+    let _ = std::fs::remove_file(fake_nvml_dir().join("procs").join(gpu).join(pid.to_string()));
+    for dir in made {
+        // Deepest first; stops at the first that is not empty (or not ours to remove).
+        for level in dir.ancestors().take_while(|d| d.starts_with("/sys/fs/cgroup/")) {
+            if std::fs::remove_dir(level).is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// K2 (a), cgroup v1: a GPU process the job parks in a cgroup the user made below the step of
+/// another, CPU-only job of theirs (in every Slurm hierarchy, so no cgroup names its own job) is
+/// neither the epilog's (it is in none of the job's cgroups) nor, before the fix, the watchdog's
+/// ("left to that job's end", which may be days). The job's watchdog, leaving, finds it on the
+/// job's GPU, kills it, and says so; the GPU's memory is free again.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn k2_a_gpu_process_parked_below_another_cpu_only_job_does_not_outlive_its_job() {
+    if !Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        eprintln!("skipped: not a cgroup v1 node");
+        return;
+    }
+    let t0 = Instant::now();
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-k2-park");
+    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
+    // C: the user's long CPU-only job (no GPU, no watchdog).
+    let c = sbatch(&dir, &[], "sleep 300");
+    let mut moved_out = MovedOut {
+        dirs: Vec::new(),
+        b: c,
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, c, "step_batch")
+            .is_empty()),
+        "job {c}: no step cgroup"
+    );
+    let steps = v1_step_dirs(uid, c, "step_batch");
+    if steps
+        .iter()
+        .all(|step| std::fs::metadata(step).map(|m| m.uid()).unwrap_or(0) == 0)
+    {
+        eprintln!("skipped: Slurm's step cgroups are root's here: the user cannot make one below them");
+        return;
+    }
+    let parks: Vec<PathBuf> = steps.iter().map(|step| step.join("park")).collect();
+    moved_out.dirs.extend(parks.iter().cloned());
+    let park = write_parker(&dir);
+    let done = dir.join("parked");
+    let targets: Vec<String> = parks.iter().map(|p| p.display().to_string()).collect();
+    let script = format!(
+        "G=${{SLURM_JOB_GPUS%%,*}}; setsid {park} $G {done} {targets} & \
+         for i in $(seq 100); do [ -e {done} ] && break; sleep 0.1; done; sleep 1; exit 0",
+        park = park.display(),
+        done = done.display(),
+        targets = targets.join(" ")
+    );
+    let g = sbatch(&dir, &["--gres=gpu:1"], &script);
+    assert!(
+        wait_until(Duration::from_secs(60), || state(g) == "COMPLETED"),
+        "job {g}: {}",
+        state(g)
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{g}.out"))).unwrap_or_default();
+    let (pid, gpu, lines) = parked(g, &output);
+    // Parked below C in every hierarchy Slurm tracks: no line names job G any more.
+    let below_c = format!("/job_{c}/step_batch/park");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(":freezer:") && l.ends_with(&below_c))
+            && !lines
+                .iter()
+                .any(|l| l.contains(&format!("/job_{g}/")) || l.ends_with(&format!("/job_{g}"))),
+        "job {g} did not park its process below job {c}: {output}"
+    );
+    let gone = wait_until(Duration::from_secs(30), || !claim_counted(&gpu, pid));
+    let alive = Path::new(&format!("/proc/{pid}")).exists();
+    unpark(pid, &gpu, &[]);
+    assert!(
+        gone && !alive,
+        "job {g}: process {pid}, parked below job {c}, outlived the job on GPU {gpu}"
+    );
+    let said =
+        format!("job {g}: process {pid} of the job's user is still on GPU {gpu} after the job's end: killed");
+    assert!(
+        syslog().lines().any(|l| l.contains(&said)),
+        "job {g}: the watchdog did not say it killed {pid}: {:#?}",
+        watchdog_lines(g)
+    );
+    drop(moved_out);
+    eprintln!(
+        "k2 (a): job {g}: process {pid} parked below job {c} killed at the job's end: {:?}",
+        t0.elapsed()
+    );
+}
+
+/// K2 (b), cgroup v1: a GPU process the job hides six levels below its own step, in every Slurm
+/// hierarchy (`step_batch/a/b/c/d/e/f`), was below the epilog's walk (five levels below the job).
+/// The epilog's sweep by claim finds it at any depth, kills it, and says so.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn k2_b_a_gpu_process_hidden_six_levels_below_its_step_does_not_outlive_the_job() {
+    if !Path::new("/sys/fs/cgroup/freezer").is_dir() {
+        eprintln!("skipped: not a cgroup v1 node");
+        return;
+    }
+    let t0 = Instant::now();
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("sec-k2-deep");
+    let park = write_parker(&dir);
+    let done = dir.join("parked");
+    // Six levels below wherever the batch script sits in each Slurm hierarchy (its step, or a
+    // task directory below it).
+    let script = format!(
+        "T=; while IFS=: read -r id ctl path; do case \"$ctl\" in ''|name=*) continue;; esac; \
+         case \"$path\" in /slurm*/uid_*/job_$SLURM_JOB_ID/step_*) T=\"$T /sys/fs/cgroup/$ctl$path/a/b/c/d/e/f\";; esac; \
+         done < /proc/$$/cgroup; \
+         [ -O \"$(echo $T | awk '{{print $1}}' | sed 's|/a/b/c/d/e/f$||')\" ] || {{ echo no-subcgroup; exit 0; }}; \
+         setsid {park} ${{SLURM_JOB_GPUS%%,*}} {done} $T & \
+         for i in $(seq 100); do [ -e {done} ] && break; sleep 0.1; done; sleep 1; exit 0",
+        park = park.display(),
+        done = done.display(),
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1"], &script);
+    assert!(
+        wait_until(Duration::from_secs(60), || state(job) == "COMPLETED"),
+        "job {job}: {}",
+        state(job)
+    );
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    if output.contains("no-subcgroup") {
+        eprintln!("skipped: Slurm's step cgroups are root's here: the user cannot make one");
+        return;
+    }
+    let (pid, gpu, lines) = parked(job, &output);
+    let made: Vec<PathBuf> = lines
+        .iter()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, ctl, path) = (parts.next()?, parts.next()?, parts.next()?);
+            path.ends_with("/a/b/c/d/e/f")
+                .then(|| PathBuf::from(format!("/sys/fs/cgroup/{ctl}{path}")))
+        })
+        .collect();
+    // Hidden in every hierarchy Slurm tracks the job with, six levels below its step.
+    let slurm_lines: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains(&format!("/job_{job}/")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(":freezer:") && l.ends_with("/a/b/c/d/e/f"))
+            && slurm_lines.iter().all(|l| l.ends_with("/a/b/c/d/e/f")),
+        "job {job} did not hide its process six levels down: {output}"
+    );
+    let gone = wait_until(Duration::from_secs(30), || !claim_counted(&gpu, pid));
+    let alive = Path::new(&format!("/proc/{pid}")).exists();
+    unpark(pid, &gpu, &made);
+    assert!(
+        gone && !alive,
+        "job {job}: process {pid} outlived the job: {output}"
+    );
+    let said = format!("job {job}: process {pid} was still in the job's cgroup after its end");
+    assert!(
+        slurmd_log()
+            .lines()
+            .any(|l| l.contains(&said) && l.contains("killed")),
+        "job {job}: the epilog did not say it killed {pid} (the watchdog's lines: {:#?})",
+        watchdog_lines(job)
+    );
+    eprintln!(
+        "k2 (b): job {job}: process {pid} six levels below its step killed at the job's end: {:?}",
+        t0.elapsed()
+    );
+}
+
 /// G9: where cgroup.conf does not constrain devices (the lab's, like a site that never set
 /// `ConstrainDevices=yes`), `CUDA_VISIBLE_DEVICES` is advice: a job given one GPU puts its memory
 /// on another of the node's. Its watchdog, finding devices unconstrained, samples every GPU, so the

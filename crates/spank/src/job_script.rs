@@ -27,13 +27,12 @@ use gmq_core::plugin_args::parse_plugin_args;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
 use gmq_core::sluid::Sluid;
-use gmq_node::attribute::{signal, sweep_leftovers, JobOnNode, LeftoverOutcome};
+use gmq_node::attribute::{signal, sweep_leftovers, JobOnNode, LeftoverOutcome, SWEEP_BUDGET};
 use gmq_node::preempt_registry;
 use gmq_node::runtime::{self, EarlierWatchdog};
 use gmq_node::spawn;
 
 const PROC_ROOT: &str = "/proc";
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// How long the prolog waits for the watchdog of the job's previous run to leave.
 const EARLIER_RUN_WAIT: Duration = Duration::from_secs(5);
@@ -199,7 +198,8 @@ pub(super) fn epilog(spank: &Spank) -> Result<(), String> {
         uid,
         sluid: job_sluid(job_id),
     };
-    for leftover in sweep_leftovers(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), &job, kill) {
+    let sweep = sweep_leftovers(Path::new(PROC_ROOT), &job, kill);
+    for leftover in sweep.leftovers {
         let pid = leftover.pid;
         match leftover.outcome {
             LeftoverOutcome::Killed => log::error(&format!(
@@ -210,20 +210,30 @@ pub(super) fn epilog(spank: &Spank) -> Result<(), String> {
                 "job {job_id}: process {pid} is still in the job's cgroup after its end \
                  (kill_leftovers = false: left running)"
             )),
-            // Root's: Slurm's own (a slurmstepd still on its way out), never the job's to answer for.
-            LeftoverOutcome::NotTheUsers(Some(0)) => log::verbose(&format!(
-                "job {job_id}: process {pid} (root) is still in the job's cgroup after its end: Slurm's, left alone"
+            // Slurm's own, on its way out: never the job's to answer for.
+            LeftoverOutcome::Slurmstepd => log::verbose(&format!(
+                "job {job_id}: slurmstepd {pid} is still in the job's cgroup after its end: Slurm's, left alone"
             )),
-            LeftoverOutcome::NotTheUsers(owner) => log::error(&format!(
-                "job {job_id}: process {pid} (uid {}) is in the job's cgroup after its end, \
-                 not the job user's: left alone",
-                owner.map_or("?".to_string(), |o| o.to_string())
+            LeftoverOutcome::Root => log::verbose(&format!(
+                "job {job_id}: process {pid} (root) is still in the cgroup of the job run as root after \
+                 its end: root's processes are never killed, left alone"
             )),
-            LeftoverOutcome::Gone => {}
+            LeftoverOutcome::NotTheUsers(uid) => log::verbose(&format!(
+                "job {job_id}: process {pid} left the job's user (uid {uid} now) before it could be \
+                 killed: left alone"
+            )),
+            LeftoverOutcome::LeftTheJob | LeftoverOutcome::Gone => {}
             LeftoverOutcome::Failed(e) => log::error(&format!(
                 "job {job_id}: process {pid} left in the job's cgroup could not be killed: {e}"
             )),
         }
+    }
+    if sweep.cut_short {
+        log::error(&format!(
+            "job {job_id}: the look for what the job left on the node stopped after {}s, before \
+             every process was looked at",
+            SWEEP_BUDGET.as_secs()
+        ));
     }
     Ok(())
 }

@@ -6,11 +6,13 @@
 //! in Slurm ends it with the job: it would keep its GPU memory while Slurm hands the GPU out
 //! again. The watchdog has NVML open; once the job's run here is over (the epilog's signal, or
 //! the job's cgroup empty and slurmctld saying so), it looks at the job's GPUs once more:
-//! - a process of the job's user that no other job claims is left behind: SIGKILLed through a
-//!   pidfd (`[enforcement] kill_leftovers = false`: logged only);
+//! - a process of the job's user that no other job claims at a level Slurm made is left behind
+//!   (one the user parked in a cgroup they made below another of their jobs too: review K2):
+//!   SIGKILLed through a pidfd (`[enforcement] kill_leftovers = false`: logged only);
 //! - unless another job of the same user is on that GPU (a Slurm-made cgroup claims one of its
 //!   processes, or it is in the node's registry with that GPU): whose process it is cannot be
-//!   told, so it is left running, and the log says so. The wrong job is never killed.
+//!   told, so it is left running, and the log says so. The wrong job is never killed;
+//! - nor is root's process, for a job run as root (review K10): logged, left running.
 
 use std::path::Path;
 
@@ -27,6 +29,8 @@ pub(crate) enum Verdict {
     ReportOnly,
     /// Another job of the user is on the GPU: the process may be that job's.
     MaybeOfJob(u32),
+    /// Root's, left by a job run as root: root's processes are root's to end (review K10).
+    RootsLeftRunning,
 }
 
 /// One left-behind process and what to do with it.
@@ -61,6 +65,7 @@ pub(crate) fn decide(
         .filter(|(_, owner)| attribute::at_job_end(owner, job_id, uid) == AtJobEnd::LeftBehind)
         .filter_map(|(gpu, owner)| {
             let verdict = match other_job_on(*gpu) {
+                _ if uid == 0 => Verdict::RootsLeftRunning,
                 Some(other) => Verdict::MaybeOfJob(other),
                 None if kill => Verdict::Kill,
                 None => Verdict::ReportOnly,
@@ -123,6 +128,9 @@ pub(crate) fn sweep(
             Verdict::ReportOnly => {
                 report.error(&format!("{what} (kill_leftovers = false: left running)"))
             }
+            Verdict::RootsLeftRunning => report.warning(&format!(
+                "{what}: root's, left running (no process of root's is ever killed at a job's end)"
+            )),
             Verdict::MaybeOfJob(other) => report.warning(&format!(
                 "{what}: left running, since job {other} of the same user is on that GPU and it may be that job's"
             )),
@@ -167,12 +175,48 @@ mod tests {
             (1, owner(13, UID, &[(9, Level::User)])),
         ];
         let found = decide(&listed, (JOB, UID), &[], true);
-        assert_eq!(verdicts(&found), [(10, Verdict::Kill), (12, Verdict::Kill)]);
+        let all = [10, 12, 13];
+        assert_eq!(verdicts(&found), all.map(|pid| (pid, Verdict::Kill)));
         let found = decide(&listed, (JOB, UID), &[], false);
+        assert_eq!(verdicts(&found), all.map(|pid| (pid, Verdict::ReportOnly)));
+    }
+
+    #[test]
+    fn a_process_parked_below_another_jobs_step_is_killed_at_the_end_of_the_job_whose_gpu_it_is_on() {
+        // K2 (a): job 7's GPU process in a cgroup the user made below job 9's step (a CPU-only
+        // job: nothing of job 9 is on the GPU), in every hierarchy or in one.
+        let listed = [
+            (0, owner(10, UID, &[(9, Level::User)])),
+            (0, owner(11, UID, &[(JOB, Level::Slurm), (9, Level::User)])),
+            (0, owner(12, UID, &[(9, Level::User), (10, Level::User)])),
+        ];
+        let found = decide(&listed, (JOB, UID), &[], true);
+        assert_eq!(verdicts(&found), [10, 11, 12].map(|pid| (pid, Verdict::Kill)));
+        // Where job 9 is on that GPU for sure (its own process there), whose it is cannot be
+        // told: left running, and job 9's watchdog counts it (rule 2) and decides at its end.
+        let mut listed = listed.to_vec();
+        listed.push((0, owner(20, UID, &[(9, Level::Slurm)])));
+        let found = decide(&listed, (JOB, UID), &[], true);
         assert_eq!(
             verdicts(&found),
-            [(10, Verdict::ReportOnly), (12, Verdict::ReportOnly)]
+            [10, 11, 12].map(|pid| (pid, Verdict::MaybeOfJob(9)))
         );
+    }
+
+    #[test]
+    fn a_root_jobs_leftovers_are_roots_and_left_running() {
+        let listed = [
+            (0, owner(10, 0, &[])),
+            (0, owner(11, 0, &[(JOB, Level::User)])),
+            (0, owner(12, UID, &[])),
+            (0, owner(13, 0, &[(8, Level::Slurm)])),
+        ];
+        for kill in [true, false] {
+            assert_eq!(
+                verdicts(&decide(&listed, (JOB, 0), &[], kill)),
+                [(10, Verdict::RootsLeftRunning), (11, Verdict::RootsLeftRunning)]
+            );
+        }
     }
 
     #[test]

@@ -35,42 +35,69 @@ pub fn same_process(proc_root: &Path, process: &ProcessIdentity) -> bool {
 /// On a kernel without pidfds: check, then `kill` (the race is a pid reused in between).
 /// `ESRCH` when the process is gone (or its pid is another process's now).
 pub fn signal(proc_root: &Path, process: &ProcessIdentity, signal: i32) -> io::Result<()> {
-    let gone = || io::Error::from_raw_os_error(libc::ESRCH);
-    let pid = libc::pid_t::try_from(process.pid).map_err(|_| gone())?;
-    // SAFETY: plain syscall; on success it returns a new descriptor that we own.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw < 0 {
-        let error = io::Error::last_os_error();
-        if error.raw_os_error() != Some(libc::ENOSYS) {
-            return Err(error);
-        }
-        if !same_process(proc_root, process) {
-            return Err(gone());
-        }
-        // SAFETY: plain syscall on a pid just checked.
-        return match unsafe { libc::kill(pid, signal) } {
-            0 => Ok(()),
-            _ => Err(io::Error::last_os_error()),
-        };
-    }
-    // SAFETY: `raw` is a descriptor pidfd_open just gave us; OwnedFd closes it.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    let pinned = Pinned::open(process.pid)?;
     if !same_process(proc_root, process) {
         return Err(gone());
     }
-    // SAFETY: plain syscall on our pidfd; no siginfo.
-    let sent = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal,
-            std::ptr::null::<libc::siginfo_t>(),
-            0u32,
-        )
-    };
-    match sent {
-        0 => Ok(()),
-        _ => Err(io::Error::last_os_error()),
+    pinned.send(signal)
+}
+
+fn gone() -> io::Error {
+    io::Error::from_raw_os_error(libc::ESRCH)
+}
+
+/// The process that has a pid when it is opened, held by a pidfd (Linux 5.3+): a signal sent
+/// through it reaches that process or none, whoever has the pid by then. What is read under
+/// `/proc/PID` after opening is that process's for as long as it lives (a pid is not reused
+/// before its process is reaped). On a kernel without pidfds it holds the pid alone, and a signal
+/// is a plain `kill`.
+#[derive(Debug)]
+pub(crate) struct Pinned {
+    pid: libc::pid_t,
+    pidfd: Option<OwnedFd>,
+}
+
+impl Pinned {
+    /// Pins the process that has `pid` now. `ESRCH` when there is none.
+    pub(crate) fn open(pid: u32) -> io::Result<Pinned> {
+        let pid = libc::pid_t::try_from(pid).map_err(|_| gone())?;
+        // SAFETY: plain syscall; on success it returns a new descriptor that we own.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw < 0 {
+            let error = io::Error::last_os_error();
+            return match error.raw_os_error() {
+                Some(libc::ENOSYS) => Ok(Pinned { pid, pidfd: None }),
+                _ => Err(error),
+            };
+        }
+        // SAFETY: `raw` is a descriptor pidfd_open just gave us; OwnedFd closes it.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+        Ok(Pinned {
+            pid,
+            pidfd: Some(pidfd),
+        })
+    }
+
+    /// Sends `signal` to the pinned process. `ESRCH` when it has exited.
+    pub(crate) fn send(&self, signal: i32) -> io::Result<()> {
+        let sent = match &self.pidfd {
+            // SAFETY: plain syscall on our pidfd; no siginfo.
+            Some(pidfd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0u32,
+                )
+            },
+            // SAFETY: plain syscall; the caller checked the pid just before (no pidfds here).
+            None => libc::c_long::from(unsafe { libc::kill(self.pid, signal) }),
+        };
+        match sent {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
     }
 }
 

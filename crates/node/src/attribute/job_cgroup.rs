@@ -3,10 +3,8 @@
 //!
 //! The watchdog starts from the job prolog, before Slurm has made the job's cgroup, so it finds the
 //! directory by the job's id and uid where Slurm makes it ([`find_job_dir`]), and later asks
-//! whether any step still has processes: when none has, the job may have ended on this node. At
-//! the job's end, what is still in any cgroup below the job's (a process moved into a sub-cgroup
-//! of its own step, which proctrack/cgroup v1 never signals: review G7) is the job's leftover
-//! ([`leftover_processes`]).
+//! whether any step still has processes: when none has, the job may have ended on this node. What
+//! the job leaves in its cgroups is found by the processes' own claims (`leftover.rs`), not here.
 
 use std::fs;
 use std::io;
@@ -38,8 +36,8 @@ pub struct JobCgroup {
     pub dir: PathBuf,
 }
 
-/// How deep below a step directory processes are looked for (v1: `step_0/task_0`; v2:
-/// `step_0/user/task_0`, `step_0/slurm`).
+/// How deep below a step directory [`job_active_on_node`] looks for processes (v1: `step_0/task_0`;
+/// v2: `step_0/user/task_0`, `step_0/slurm`): a presence hint only, never what is killed.
 const MAX_DEPTH_BELOW_STEP: usize = 4;
 
 /// The cgroup directory of the job `pid` belongs to, in the hierarchy Slurm tracks jobs with:
@@ -220,29 +218,6 @@ pub(crate) fn job_dirs(cgroup_root: &Path, on_node: &JobOnNode) -> Vec<PathBuf> 
     found
 }
 
-/// Every process in the job's cgroups on this node, at any depth: after the job's end, what
-/// Slurm did not stop. Sorted, each once.
-pub(crate) fn leftover_processes(cgroup_root: &Path, job: &JobOnNode) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for dir in job_dirs(cgroup_root, job) {
-        collect_processes(&dir, 0, &mut pids);
-    }
-    pids.sort_unstable();
-    pids.dedup();
-    pids
-}
-
-fn collect_processes(dir: &Path, depth: usize, pids: &mut Vec<u32>) {
-    if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-        pids.extend(procs.lines().filter_map(|line| line.trim().parse::<u32>().ok()));
-    }
-    if depth < MAX_DEPTH_BELOW_STEP + 1 {
-        for sub in subdirs(dir) {
-            collect_processes(&sub, depth + 1, pids);
-        }
-    }
-}
-
 /// The directories in `dir` (none where it cannot be read), not following symlinks.
 fn subdirs(dir: &Path) -> impl Iterator<Item = PathBuf> {
     fs::read_dir(dir)
@@ -258,7 +233,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_jobs_directories_and_leftovers_from_a_v1_tree() {
+    fn a_jobs_directories_from_a_v1_tree() {
         let scratch = tempfile::Builder::new().prefix("gmq-jobdirs-").tempdir().unwrap();
         let root = scratch.path();
         let freezer = root.join("freezer/slurm_vm/uid_2001/job_12");
@@ -278,7 +253,5 @@ mod tests {
         assert_eq!(job_dirs(root, &job(12, 2001)), [freezer, memory]);
         assert_eq!(find_job_dir(root, &job(12, 2002)), None, "another uid's");
         assert_eq!(find_job_dir(root, &job(14, 2001)), None);
-        assert_eq!(leftover_processes(root, &job(12, 2001)), [301, 302]);
-        assert!(leftover_processes(root, &job(13, 2001)).is_empty());
     }
 }

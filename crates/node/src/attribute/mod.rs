@@ -67,7 +67,7 @@ use std::path::Path;
 pub use cgroup::Level;
 pub use identity::{identify, same_process, signal, ProcessIdentity};
 pub use job_cgroup::{find_job_dir, job_active_on_node, job_cgroup, v2_mount, JobCgroup, JobOnNode};
-pub use leftover::{sweep_leftovers, Leftover, LeftoverOutcome};
+pub use leftover::{sweep_leftovers, Leftover, LeftoverOutcome, Sweep, SWEEP_BUDGET};
 pub use proc_attributor::ProcAttributor;
 pub use step::Step;
 
@@ -155,20 +155,26 @@ pub fn unclaimed_process_of(owner: &Owner, uid: u32) -> bool {
 }
 
 /// What a process NVML lists on one of job `job_id`'s GPUs is, once the job has ended on the
-/// node (review G7, the half the cgroup sweep cannot see: a process of the job's user in no
-/// cgroup of the job, such as one started from a login on the node). Pure.
+/// node (reviews G7 and K2, the half the epilog's sweep cannot see: a process of the job's user in
+/// no cgroup of the job, such as one started from a login on the node, or one the user parked in a
+/// cgroup they made below another of their jobs). Pure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AtJobEnd {
-    /// The job's user's, and no other job claims it: left behind by the job.
+    /// The job's user's, and no other job claims it at a level Slurm made: left behind by the job.
     LeftBehind,
     /// Another job of the job's user claims it at a level Slurm made: evidence that the user
     /// has that job on the GPU (its process, not this job's leftover).
     OtherJobOfTheUser(u32),
-    /// Another user's, a slurmstepd, gone, or claimed only by cgroups of other jobs the user made.
+    /// Another user's, a slurmstepd, or gone.
     NotTheJobs,
 }
 
 /// [`AtJobEnd`] for the process `owner` describes, of job `job_id` of user `job_uid`.
+///
+/// A user-made level of another job is evidence of nothing (K2): the user made it and moved the
+/// process there, from this job or any other. Such a process counted for this job while it ran
+/// (rule 2, on the job's GPU), and nothing else will end it with the job whose GPU it is on: it
+/// is left behind. (The job whose cgroup it sits in sweeps it at its own end as well.)
 pub fn at_job_end(owner: &Owner, job_id: u32, job_uid: u32) -> AtJobEnd {
     let Owner::Process { real_uid, claims, .. } = owner else {
         return AtJobEnd::NotTheJobs;
@@ -176,14 +182,10 @@ pub fn at_job_end(owner: &Owner, job_id: u32, job_uid: u32) -> AtJobEnd {
     if *real_uid != job_uid {
         return AtJobEnd::NotTheJobs;
     }
-    let other = claims.iter().find(|c| c.job_id != job_id);
-    match other {
-        None => AtJobEnd::LeftBehind,
-        Some(_) => claims
-            .iter()
-            .find(|c| c.job_id != job_id && c.level == Level::Slurm)
-            .map_or(AtJobEnd::NotTheJobs, |c| AtJobEnd::OtherJobOfTheUser(c.job_id)),
-    }
+    claims
+        .iter()
+        .find(|c| c.job_id != job_id && c.level == Level::Slurm)
+        .map_or(AtJobEnd::LeftBehind, |c| AtJobEnd::OtherJobOfTheUser(c.job_id))
 }
 
 /// Who the process with `pid` belongs to: cgroups first, then ancestry. `cgroup_root` is where
@@ -404,11 +406,20 @@ mod tests {
                 process(UID, vec![claim(JOB, User), claim(OTHER, Slurm)]),
                 AtJobEnd::OtherJobOfTheUser(OTHER),
             ),
-            // only the user's own placement below another job: left to that job's end
-            (process(UID, vec![claim(OTHER, User)]), AtJobEnd::NotTheJobs),
+            // only the user's own placement below another job (K2: a CPU-only job of the user,
+            // say): evidence of nothing, left behind by the job whose GPU it is on
+            (process(UID, vec![claim(OTHER, User)]), AtJobEnd::LeftBehind),
             (
                 process(UID, vec![claim(JOB, Slurm), claim(OTHER, User)]),
-                AtJobEnd::NotTheJobs,
+                AtJobEnd::LeftBehind,
+            ),
+            (
+                process(UID, vec![claim(OTHER, User), claim(9, User)]),
+                AtJobEnd::LeftBehind,
+            ),
+            (
+                process(UID, vec![claim(OTHER, User), claim(9, Slurm)]),
+                AtJobEnd::OtherJobOfTheUser(9),
             ),
             // another user's, Slurm's, gone
             (process(2002, vec![]), AtJobEnd::NotTheJobs),

@@ -384,3 +384,42 @@ fn a_reused_pid_is_attributed_afresh_on_the_very_next_sample() {
     fs::remove_dir_all(world.proc_root().join("500")).unwrap();
     assert_eq!(counts(&mut job_8, 500, true), None);
 }
+
+#[test]
+fn a_process_parked_below_another_jobs_step_is_left_behind_by_the_job_whose_gpu_it_is_on() {
+    // K2 (a): job 7's GPU process moved into a cgroup the user made below job 8's step (a CPU-only
+    // job, say), in every hierarchy (501), or under a name Slurm uses (502). At job 7's end the
+    // GPU look finds it left behind: a user-made level of another job is evidence of nothing.
+    if !needs_root("parked_below_another_job") {
+        return;
+    }
+    use gmq_node::attribute::{at_job_end, sweep_leftovers, AtJobEnd, JobOnNode, LeftoverOutcome};
+    let world = World::moved_between_jobs();
+    let owner = |pid| owner_of(&world.proc_root(), &world.cgroup_root(), pid);
+    for pid in [500, 501, 502] {
+        assert_eq!(
+            at_job_end(&owner(pid), 7, 2001),
+            AtJobEnd::LeftBehind,
+            "pid {pid}"
+        );
+    }
+    // Job 8's own process (Slurm-made claim): job 8's, never job 7's leftover.
+    assert_eq!(at_job_end(&owner(510), 7, 2001), AtJobEnd::OtherJobOfTheUser(8));
+    // The epilog's sweeps by claim: job 7's end takes what still names job 7 (500's memory
+    // line); job 8's end everything that names job 8, its own and what was parked there.
+    let swept = |job_id| -> Vec<u32> {
+        let job = JobOnNode {
+            job_id,
+            uid: 2001,
+            sluid: None,
+        };
+        let sweep = sweep_leftovers(&world.proc_root(), &job, false);
+        assert!(sweep
+            .leftovers
+            .iter()
+            .all(|l| l.outcome == LeftoverOutcome::Reported));
+        sweep.leftovers.iter().map(|l| l.pid).collect()
+    };
+    assert_eq!(swept(7), [500]);
+    assert_eq!(swept(8), [500, 501, 502, 510]);
+}

@@ -228,25 +228,33 @@ fn the_epilog_sweep_finds_what_is_left_in_the_jobs_directory() {
     for node in both() {
         let name = node.root.display().to_string();
         let swept = |job: &JobOnNode| -> Vec<(u32, LeftoverOutcome)> {
-            sweep_leftovers(&node.proc_root(), &node.cgroup_root(), job, false)
-                .into_iter()
-                .map(|l| (l.pid, l.outcome))
-                .collect()
+            let sweep = sweep_leftovers(&node.proc_root(), job, false);
+            assert!(!sweep.cut_short, "{name}");
+            sweep.leftovers.into_iter().map(|l| (l.pid, l.outcome)).collect()
         };
         assert_eq!(swept(&node.jobs[2]), [(505, LeftoverOutcome::Reported)], "{name}");
-        // Job A (still running here): its user's processes, and Slurm's own left alone.
+        // Job A (still running here): its user's processes; Slurm's own (root's) are not even
+        // looked at for a job of an ordinary user.
         let a: Vec<_> = swept(&node.jobs[0]);
-        let root = LeftoverOutcome::NotTheUsers(Some(0));
         let want = [
-            (200, root.clone()),
-            (201, root.clone()),
-            (210, root.clone()),
             (215, LeftoverOutcome::Reported),
-            (220, root),
             (225, LeftoverOutcome::Reported),
             (226, LeftoverOutcome::Reported),
         ];
         assert_eq!(a, want, "{name}");
+        // As if root ran job A: its slurmstepds and root's processes, every one left alone (K10).
+        let as_root = JobOnNode {
+            uid: 0,
+            ..node.jobs[0].clone()
+        };
+        let stepd = LeftoverOutcome::Slurmstepd;
+        let want = [
+            (200, stepd.clone()),
+            (201, LeftoverOutcome::Root),
+            (210, stepd.clone()),
+            (220, stepd),
+        ];
+        assert_eq!(swept(&as_root), want, "{name}");
     }
 }
 

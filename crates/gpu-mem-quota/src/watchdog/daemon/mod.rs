@@ -555,14 +555,14 @@ impl Daemon {
     /// what outlives a job (`kill_leftovers`), one line each.
     fn end_orphaned_run(&mut self) {
         let kill = self.settings.kill_leftovers;
-        let found =
-            attribute::sweep_leftovers(Path::new(PROC_ROOT), Path::new(CGROUP_ROOT), &self.on_node, kill);
-        let killed: Vec<u32> = found
+        let sweep = attribute::sweep_leftovers(Path::new(PROC_ROOT), &self.on_node, kill);
+        let killed: Vec<u32> = sweep
+            .leftovers
             .iter()
             .filter(|l| l.outcome == LeftoverOutcome::Killed)
             .map(|l| l.pid)
             .collect();
-        for leftover in found {
+        for leftover in sweep.leftovers {
             let what = format!(
                 "process {} of the ended run is still in the job's cgroup on this node, which its slurmd left",
                 leftover.pid
@@ -572,10 +572,22 @@ impl Daemon {
                 LeftoverOutcome::Reported => self
                     .reporter
                     .error(&format!("{what} (kill_leftovers = false: left running)")),
-                // Root's: a slurmstepd, which the returning slurmd ends.
-                LeftoverOutcome::NotTheUsers(_) | LeftoverOutcome::Gone => {}
+                // Slurm's (a slurmstepd, which the returning slurmd ends), root's in a job run as
+                // root, or no longer the job's.
+                LeftoverOutcome::Slurmstepd
+                | LeftoverOutcome::Root
+                | LeftoverOutcome::NotTheUsers(_)
+                | LeftoverOutcome::LeftTheJob
+                | LeftoverOutcome::Gone => {}
                 LeftoverOutcome::Failed(e) => self.reporter.error(&format!("{what}: cannot kill it: {e}")),
             }
+        }
+        if sweep.cut_short {
+            self.reporter.error(&format!(
+                "the look for what the ended run left on this node stopped after {}s, before every \
+                 process was looked at",
+                attribute::SWEEP_BUDGET.as_secs()
+            ));
         }
         // Gone before the look at the job's GPUs that follows, which would name them again.
         let end = Instant::now() + ORPHAN_EXIT_WAIT;
