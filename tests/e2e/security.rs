@@ -1657,3 +1657,162 @@ fn k9_a_directory_name_with_escapes_reaches_the_log_escaped() {
     assert!(ended, "job {job} is {}: {}", state(job), output());
     eprintln!("k9: job {job}: {line}");
 }
+
+/// Scancels the job when dropped (a failed assertion leaves nothing running on the lab).
+struct CancelJob(u32);
+
+impl Drop for CancelJob {
+    fn drop(&mut self) {
+        let _ = lab_command("scancel").arg(self.0.to_string()).output();
+    }
+}
+
+/// The lab's slurmd, by its pid file.
+fn lab_slurmd() -> Option<u32> {
+    let pid: u32 = std::fs::read_to_string(lab().join("run/slurmd.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    (comm.trim() == "slurmd").then_some(pid)
+}
+
+/// Starts the lab's slurmd again as slurm/dev-cluster does (`setsid slurmd -D`, in the lab's
+/// root where it has one), its output appended to `log/slurmd.out`.
+fn start_lab_slurmd() {
+    let log = lab().join("log/slurmd.out");
+    run_checked(lab_command("/bin/sh").args([
+        "-c",
+        &format!("setsid /usr/sbin/slurmd -D </dev/null >>{} 2>&1 &", log.display()),
+    ]));
+}
+
+/// Brings the lab's slurmd back should the test stop between its stop and its start.
+struct SlurmdBack;
+
+impl Drop for SlurmdBack {
+    fn drop(&mut self) {
+        if lab_slurmd().is_none() {
+            start_lab_slurmd();
+        }
+    }
+}
+
+/// K6 (security-2026-12-c): the ordinary user's copy of `sleep` named `slurmd`, running on the
+/// node beside their job (`cp /bin/sleep ~/slurmd; ~/slurmd 300 &`), while root restarts slurmd.
+/// The watchdog sees the prolog's slurmd go, and finds the new one again before its first ask to
+/// slurmctld (10 s): by its executable, owner and mount namespace, neither hidden by the user's
+/// process (two candidates by name: "none") nor taking it for slurmd. The job then ends as
+/// always: the new slurmd's epilog stops the watchdog; no `node_fail` is recorded.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn k6_a_users_process_named_slurmd_neither_hides_a_restarted_slurmd_nor_passes_for_it() {
+    let dir = user_dir("sec-k6");
+    let _policy = install_policy(&policy("action = \"requeue\"\n"));
+    let bin = dir.join("bin");
+    let go = dir.join("go");
+    let script = format!(
+        "mkdir -p {bin}; cp /bin/sleep {bin}/slurmd; {bin}/slurmd 300 & fake=$!; echo fake=$fake; \
+         g=${{SLURM_JOB_GPUS%%,*}}; f={FAKE_PROCS}/$g/$$; echo claim=$f; echo 2G > $f; \
+         while [ ! -e {go} ]; do sleep 0.2; done; rm -f $f; kill $fake; echo done",
+        bin = bin.display(),
+        go = go.display()
+    );
+    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=10G"], &script);
+    let _cancel = CancelJob(job);
+    let output = || std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    let said = |needle: &str| watchdog_lines(job).iter().any(|l| l.contains(needle));
+    assert!(
+        wait_until(Duration::from_secs(60), || said("watching GPU(s) ")
+            && value_of(&output(), "fake").is_some()),
+        "job {job}: {} {:#?}",
+        output(),
+        watchdog_lines(job)
+    );
+    let fake: u32 = value_of(&output(), "fake").unwrap().parse().unwrap();
+    let comm = std::fs::read_to_string(format!("/proc/{fake}/comm")).unwrap_or_default();
+    let owner = std::fs::metadata(format!("/proc/{fake}"))
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    assert!(
+        comm.trim() == "slurmd" && owner != 0,
+        "pid {fake}: {comm:?}, uid {owner}"
+    );
+
+    // Root restarts slurmd (SIGTERM, then `slurmd -D` again); the job runs on.
+    let old = lab_slurmd().expect("no slurmd runs in the lab");
+    let _back = SlurmdBack;
+    run_checked(Command::new("/usr/bin/kill").args(["-TERM", &old.to_string()]));
+    assert!(
+        wait_until(Duration::from_secs(20), || !Path::new(&format!("/proc/{old}"))
+            .exists()),
+        "slurmd {old} outlived SIGTERM"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || said(&format!(
+            "slurmd on this node (pid {old}) is gone"
+        ))),
+        "{:#?}",
+        watchdog_lines(job)
+    );
+    let t0 = Instant::now();
+    start_lab_slurmd();
+    assert!(
+        wait_until(Duration::from_secs(20), || lab_slurmd().is_some_and(|p| p != old)),
+        "slurmd did not start again: {}",
+        std::fs::read_to_string(lab().join("log/slurmd.out")).unwrap_or_default()
+    );
+    let new = lab_slurmd().unwrap();
+    let found = wait_until(Duration::from_secs(40), || {
+        said(&format!("slurmd runs on this node again (pid {new})"))
+    });
+    let found_after = t0.elapsed();
+    let lines = watchdog_lines(job);
+    assert!(
+        found,
+        "slurmd {new} not found again (the user's 'slurmd' is {fake}): {lines:#?}"
+    );
+    assert!(
+        !said(&format!("slurmd runs on this node again (pid {fake})")),
+        "{lines:#?}"
+    );
+    assert!(
+        !said("slurmctld no longer runs this run of the job"),
+        "{lines:#?}"
+    );
+    // The node back in service before the job ends, as after any slurmd restart.
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let state = admin("sinfo", &["-h", "-o", "%T"]);
+            !state.contains('*') && !state.contains("down")
+        }),
+        "{}",
+        admin("sinfo", &["-h", "-o", "%T %E"])
+    );
+
+    // The job ends as always: the new slurmd's epilog stops the watchdog.
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        ended_as(job, "COMPLETED", Duration::from_secs(60)),
+        "job {job} is {}: {}",
+        state(job),
+        output()
+    );
+    assert!(watchdog_stopped(job), "{:#?}", watchdog_lines(job));
+    let lines = watchdog_lines(job);
+    assert!(
+        !said("slurmctld no longer runs this run of the job") && !said("node_fail"),
+        "{lines:#?}"
+    );
+    assert!(output().contains("done"), "{}", output());
+    let comment = admin_comment(job);
+    assert!(!comment.contains("node_fail"), "{comment}");
+    if let Some(claim) = value_of(&output(), "claim") {
+        let _ = std::fs::remove_file(fake_nvml_path(&claim));
+    }
+    eprintln!(
+        "k6: job {job}: slurmd {old} restarted as {new} beside the user's 'slurmd' {fake}; found \
+         again after {found_after:?}"
+    );
+}

@@ -140,12 +140,13 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
         slurmd_var("SLURMD_NODENAME").as_deref(),
     );
     // The slurmd running this prolog: should it die while the job runs, no epilog will stop the
-    // watchdog, and the watchdog is to find out for itself (gmq_node::slurmd).
+    // watchdog, and the watchdog is to find out for itself (gmq_node::slurmd); with what tells
+    // it, or a slurmd started again, from a process that merely takes its name (review K6).
     if let Some(slurmd) = gmq_node::slurmd::prolog_parent(Path::new(PROC_ROOT)) {
         env.push(format!(
             "{}={}",
             launch::SLURMD_VAR,
-            launch::slurmd_var_value(slurmd.pid, slurmd.start_time)
+            launch::slurmd_var_value(&slurmd)
         ));
     }
     // A failure to start the watchdog must not fail the prolog: logged; the job's tasks here find

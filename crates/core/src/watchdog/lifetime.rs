@@ -36,6 +36,71 @@ pub fn is_this_run(job: &JobState, run: Option<u32>) -> bool {
     job.is_running() && run.is_none_or(|r| r == job.restarts)
 }
 
+/// What a watchdog whose node's slurmd is gone makes of slurmctld's answers about its run
+/// ([`slurmd_gone_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlurmdGoneRun {
+    /// This run goes on, or slurmctld gave no answer: watch on, ask again later.
+    GoesOn,
+    /// The run is over, but not yet why: the job is still COMPLETING (its NODE_FAIL shows once it
+    /// is done), or this node's state could not be read. Ask again, [`UNSETTLED_ASKS`] times at
+    /// most.
+    Unsettled,
+    /// The run is over: the watchdog stops and ends what the run left here. `node_failure`:
+    /// slurmctld ended it NODE_FAIL or requeued it, and has this node DOWN, so it ended for this
+    /// node's failure: the node's record counts a `node_fail`, and self-healing leaves it alone.
+    /// Otherwise it ended as any run ends (the slurmd out of sight may run on, review K6): no
+    /// `node_fail` is written and self-healing decides as always.
+    Over { node_failure: bool },
+}
+
+/// How many [`SlurmdGoneRun::Unsettled`] answers are waited out (one ask each,
+/// [`SLURMD_GONE_CHECK`] apart) before the run is taken as over without a node failure.
+pub const UNSETTLED_ASKS: u32 = 6;
+
+/// The rule, over slurmctld's answers: `job` (its record, or why there is none), `run` (the
+/// restart count of the run watched, when known), `node_down` (whether slurmctld has this node
+/// DOWN: asked only once `job` says the run is over; `None`: not asked or no answer) and
+/// `unsettled` (how many [`SlurmdGoneRun::Unsettled`] answers came before). A node failure is
+/// never inferred from this node's side alone (a slurmd not found, a job gone): only slurmctld's
+/// NODE_FAIL or requeue with this node DOWN says it.
+pub fn slurmd_gone_run(
+    job: Result<&JobState, &ControlError>,
+    run: Option<u32>,
+    node_down: Option<bool>,
+    unsettled: u32,
+) -> SlurmdGoneRun {
+    use crate::slurm_text::JobState as S;
+    let job = match job {
+        Ok(job) if is_this_run(job, run) => return SlurmdGoneRun::GoesOn,
+        Ok(job) => job,
+        // slurmctld no longer knows the job: over, and nothing says why.
+        Err(e) if e.job_gone() => return SlurmdGoneRun::Over { node_failure: false },
+        Err(_) => return SlurmdGoneRun::GoesOn,
+    };
+    let requeued = match run {
+        Some(run) => job.restarts > run,
+        None => matches!(
+            job.state,
+            S::Pending | S::Requeued | S::RequeueFed | S::RequeueHold
+        ),
+    };
+    let ended_for_a_node = requeued || job.state == S::NodeFail;
+    let wait = || {
+        if unsettled < UNSETTLED_ASKS {
+            SlurmdGoneRun::Unsettled
+        } else {
+            SlurmdGoneRun::Over { node_failure: false }
+        }
+    };
+    match node_down {
+        Some(true) if ended_for_a_node => SlurmdGoneRun::Over { node_failure: true },
+        Some(true) if job.state == S::Completing => wait(),
+        Some(_) => SlurmdGoneRun::Over { node_failure: false },
+        None => wait(),
+    }
+}
+
 /// How often a watchdog whose node's slurmd is gone (and has not come back) asks slurmctld whether
 /// its run goes on, for the first [`SLURMD_GONE_FAST_ANSWERS`] answers. slurmctld notices a dead
 /// slurmd only after `SlurmdTimeout` (300 s by default) and requeues or ends the job then; until
@@ -85,6 +150,21 @@ pub fn slurmctld_check_every(
         }
     }
 }
+
+/// How long a watchdog that could not read its job's record from slurmctld at start waits before
+/// it asks again, after `failures` failed reads (review K7): [`RECORD_RETRY_FIRST`], doubling,
+/// then every [`RECORD_RETRY_MOST`]. Every read is a request to slurmctld, whose slowness is the
+/// likely cause: a handful over the first quarter hour, then a few an hour, until one succeeds.
+pub fn record_retry_after(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(8);
+    (RECORD_RETRY_FIRST * (1u32 << doublings)).min(RECORD_RETRY_MOST)
+}
+
+/// See [`record_retry_after`].
+pub const RECORD_RETRY_FIRST: Duration = Duration::from_secs(30);
+
+/// See [`record_retry_after`].
+pub const RECORD_RETRY_MOST: Duration = Duration::from_secs(600);
 
 /// Each wait between samples is the interval times a factor drawn uniformly from
 /// `[1 - INTERVAL_JITTER, 1 + INTERVAL_JITTER]`, so that a job cycling its memory cannot stay
@@ -205,6 +285,179 @@ mod tests {
         assert!(!is_this_run(&job(S::Pending, 1), Some(0)));
         assert!(!is_this_run(&job(S::Running, 1), Some(0)));
         assert!(!is_this_run(&job(S::NodeFail, 0), Some(0)));
+    }
+
+    #[test]
+    fn a_node_failure_is_slurmctlds_word_never_the_nodes_guess() {
+        use crate::slurm_text::JobState as S;
+        let job = |state, restarts| JobState {
+            state,
+            restarts,
+            requeueable: true,
+            qos: String::new(),
+            partition: String::new(),
+            account: String::new(),
+            priority: 0,
+            node_count: 2,
+        };
+        let gone = ControlError::JobGone("invalid job id".into());
+        let cut_off = ControlError::Unavailable("slurmctld not responding".into());
+        let over = |node_failure| SlurmdGoneRun::Over { node_failure };
+        use SlurmdGoneRun::{GoesOn, Unsettled};
+        // (what, job, run, node down, earlier unsettled answers, verdict)
+        type Case = (
+            &'static str,
+            Result<JobState, ControlError>,
+            Option<u32>,
+            Option<bool>,
+            u32,
+            SlurmdGoneRun,
+        );
+        let cases: Vec<Case> = vec![
+            ("still this run", Ok(job(S::Running, 0)), Some(0), None, 0, GoesOn),
+            ("no answer", Err(cut_off.clone()), Some(0), None, 0, GoesOn),
+            // slurmctld's word: requeued or NODE_FAIL, with this node down.
+            (
+                "requeued, node down",
+                Ok(job(S::Pending, 1)),
+                Some(0),
+                Some(true),
+                0,
+                over(true),
+            ),
+            (
+                "requeued, completing, node down",
+                Ok(job(S::Completing, 1)),
+                Some(0),
+                Some(true),
+                0,
+                over(true),
+            ),
+            (
+                "running again elsewhere, node down",
+                Ok(job(S::Running, 1)),
+                Some(0),
+                Some(true),
+                0,
+                over(true),
+            ),
+            (
+                "NODE_FAIL, node down",
+                Ok(job(S::NodeFail, 0)),
+                Some(0),
+                Some(true),
+                0,
+                over(true),
+            ),
+            (
+                "requeued, run unknown, node down",
+                Ok(job(S::Pending, 1)),
+                None,
+                Some(true),
+                0,
+                over(true),
+            ),
+            // K6: slurmd is fine (the watchdog lost sight of it), the job ended between
+            // slurmctld and the epilog: an ordinary end, healed as always.
+            (
+                "completed, node up",
+                Ok(job(S::Completed, 0)),
+                Some(0),
+                Some(false),
+                0,
+                over(false),
+            ),
+            (
+                "failed, node up",
+                Ok(job(S::Failed, 0)),
+                Some(0),
+                Some(false),
+                0,
+                over(false),
+            ),
+            (
+                "requeued by an admin, node up",
+                Ok(job(S::Pending, 1)),
+                Some(0),
+                Some(false),
+                0,
+                over(false),
+            ),
+            (
+                "another node's NODE_FAIL, node up",
+                Ok(job(S::NodeFail, 0)),
+                Some(0),
+                Some(false),
+                0,
+                over(false),
+            ),
+            ("gone from slurmctld", Err(gone), Some(0), None, 0, over(false)),
+            // Ended by itself before this node went down.
+            (
+                "failed, node down",
+                Ok(job(S::Failed, 0)),
+                Some(0),
+                Some(true),
+                0,
+                over(false),
+            ),
+            // Not settled yet: asked again, then taken as an ordinary end.
+            (
+                "completing, node down",
+                Ok(job(S::Completing, 0)),
+                Some(0),
+                Some(true),
+                0,
+                Unsettled,
+            ),
+            (
+                "completing, node down, long",
+                Ok(job(S::Completing, 0)),
+                Some(0),
+                Some(true),
+                UNSETTLED_ASKS,
+                over(false),
+            ),
+            (
+                "node unreadable",
+                Ok(job(S::Pending, 1)),
+                Some(0),
+                None,
+                3,
+                Unsettled,
+            ),
+            (
+                "node unreadable, long",
+                Ok(job(S::Pending, 1)),
+                Some(0),
+                None,
+                UNSETTLED_ASKS,
+                over(false),
+            ),
+        ];
+        for (what, answer, run, node_down, unsettled, want) in cases {
+            assert_eq!(
+                slurmd_gone_run(answer.as_ref(), run, node_down, unsettled),
+                want,
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_record_read_is_asked_again_rarely_and_ever_more_rarely() {
+        let waits: Vec<u64> = (1..=8).map(|n| record_retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 120, 240, 480, 600, 600, 600]);
+        assert_eq!(record_retry_after(0), RECORD_RETRY_FIRST);
+        assert_eq!(record_retry_after(u32::MAX), RECORD_RETRY_MOST);
+        // The first hour: ten requests at most.
+        let mut at = Duration::ZERO;
+        let mut asks = 0;
+        while at < Duration::from_secs(3600) {
+            asks += 1;
+            at += record_retry_after(asks);
+        }
+        assert_eq!(asks, 10);
     }
 
     #[test]

@@ -1037,3 +1037,44 @@ fn the_jobs_telemetry_is_shown_and_never_decided_on() {
         "{metrics}"
     );
 }
+
+/// K7: a watchdog whose start could not read the job's record watches with the prolog's quota and
+/// knows no run (so writes no record); when the record arrives late, the daemon lowers the quota
+/// and sets the run, in that order (`Daemon::take_record`), on the same watchdog: from the next
+/// sample on the job is held to the lowered quota, its entry is recorded with it, and the action
+/// follows after the grace as for any job.
+#[test]
+fn a_quota_lowered_when_the_record_arrives_late_is_enforced_from_then_on() {
+    let slurm = FakeSlurm {
+        requeueable: true,
+        ..FakeSlurm::default()
+    };
+    let mut watchdog = Watchdog::new(7, "node1", Some(ByteSize::from_bytes(40 * G)), settings());
+    let (mut gpus, mut slurm, mut lines) = (FakeGpus::new(vec![Ok((5 * G, 0))]), slurm, Lines::default());
+    let t0 = Instant::now();
+    let mut tick = |watchdog: &mut Watchdog, i: u64, slurm: &mut FakeSlurm, lines: &mut Lines| {
+        watchdog.tick(t0 + Duration::from_secs(i), &mut gpus, &mut ByPid, slurm, lines)
+    };
+    for i in 0..5 {
+        assert_eq!(tick(&mut watchdog, i, &mut slurm, &mut lines), Flow::Continue);
+    }
+    assert!(slurm.calls.is_empty(), "{:?}", slurm.calls);
+    assert!(watchdog.entry().is_none());
+    // The record, read at last: the job holds 1 shard of 1G.
+    watchdog.quota = Some(ByteSize::from_bytes(G));
+    watchdog.set_run(0);
+    for i in 5..12 {
+        tick(&mut watchdog, i, &mut slurm, &mut lines);
+    }
+    assert_eq!(slurm.calls, vec!["comment", "requeue"], "{:?}", lines.lines);
+    assert!(
+        lines
+            .lines
+            .iter()
+            .any(|l| l.contains("GPU memory 5G over its 1G quota") && l.contains("requeued")),
+        "{:?}",
+        lines.lines
+    );
+    let record = record::parse(&slurm.admin_comment).unwrap().unwrap();
+    assert_eq!(record.totals().events.get(record::EventKind::Requeued), 1);
+}

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gmq_core::slurm_text::{
-    classify, parse_job_info_json, parse_squeue, parse_squeue_json, parse_squeue_record, CtlError, JobInfo,
-    JobRecord, Verdict, RECORD_FORMAT, SQUEUE_FORMAT,
+    classify, parse_job_info_json, parse_node_down, parse_squeue, parse_squeue_json, parse_squeue_record,
+    CtlError, JobInfo, JobRecord, Verdict, NODE_FORMAT, RECORD_FORMAT, SQUEUE_FORMAT,
 };
 
 use super::run::{describe, run, Finished, RunError, MAX_JSON_OUTPUT_BYTES, MAX_OUTPUT_BYTES};
@@ -240,6 +240,23 @@ impl SlurmTools {
     /// Where `sacct` is: beside `scontrol` (every Slurm install puts the client commands together).
     pub fn sacct_path(&self) -> PathBuf {
         self.scontrol.with_file_name("sacct")
+    }
+
+    /// Whether slurmctld has `node` DOWN ([`parse_node_down`]): `sinfo --noheader --local --all
+    /// --Node --nodes=NODE --Format=NODE_FORMAT`, one request. Asked only by a watchdog whose
+    /// node's slurmd is gone, once slurmctld says its run is over: was it for this node's failure?
+    pub fn node_down(&self, node: &str) -> Result<bool, CtlError> {
+        let sinfo = self.scontrol.with_file_name("sinfo");
+        let args = vec![
+            "--noheader".to_string(),
+            "--local".to_string(),
+            "--all".to_string(),
+            "--Node".to_string(),
+            format!("--nodes={node}"),
+            format!("--Format={NODE_FORMAT}"),
+        ];
+        let stdout = self.read(&sinfo, &args, MAX_OUTPUT_BYTES)?;
+        parse_node_down(&stdout, node).map_err(|message| garbage(&sinfo, &args, message))
     }
 
     /// Where `squeue` is: beside `scontrol`.

@@ -40,11 +40,13 @@ use gmq_core::launch::{self, Params, Provisional};
 use gmq_core::node_files;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
+use gmq_core::slurm_text::JobRecord;
 use gmq_core::watchdog::gpu::GpuSource;
 use gmq_core::watchdog::hard_limit::{self, InForce, Outcome};
 use gmq_core::watchdog::heal::{self, HealPolicy};
 use gmq_core::watchdog::lifetime::{
-    is_this_run, slurmctld_check_every, slurmd_gone_check_every, still_running, stopping_line, Jitter,
+    is_this_run, record_retry_after, slurmctld_check_every, slurmd_gone_check_every, slurmd_gone_run,
+    still_running, stopping_line, Jitter, SlurmdGoneRun,
 };
 use gmq_core::watchdog::{unix_now, Flow, Reporter, Watchdog};
 use gmq_node::attribute::{self, JobOnNode, LeftoverOutcome, ProcAttributor, ProcessIdentity};
@@ -87,6 +89,7 @@ pub(crate) fn run(params: Params) -> ExitCode {
 /// A started watchdog: its job's lock held, its edges open.
 struct Daemon {
     params: Params,
+    policy: config::Config,
     settings: config::Enforcement,
     /// `[hints] near_margin`: what near out of memory means, for self-healing.
     near_margin: f64,
@@ -95,6 +98,10 @@ struct Daemon {
     /// Held while the watchdog runs: a second watchdog for the job exits at once.
     _lock: std::fs::File,
     user: String,
+    /// This node's name as slurmctld has it.
+    node: String,
+    /// The watchdog's own process (its pid file), for the preemption registry.
+    me: Option<ProcessIdentity>,
     control: SlurmController,
     reporter: LogReporter,
     metrics: Metrics,
@@ -108,6 +115,9 @@ struct Daemon {
     hard_limit: Option<(Setter, InForce)>,
     /// The hard limit still to be set, with the driver's setter: once the job's cgroup exists.
     hard_limit_due: Option<Setter>,
+    /// Tried once with the first quota (in force, failed, not offered, switched off, no quota):
+    /// from then on only a limit in force is set again, for a new quota.
+    hard_limit_tried: bool,
     /// Whether the job still runs anything here (its cgroup): ends a watch no signal ended.
     presence: Presence,
     /// The job's own allocator telemetry, read through its processes' working directories: shown
@@ -116,15 +126,26 @@ struct Daemon {
     /// The job's run here is known to be over: the epilog's signal came, or its cgroup is empty
     /// and slurmctld says so. Only then is what it left on its GPUs dealt with.
     run_over: bool,
+    /// slurmctld's record of the job could not be read yet: when to ask again, and how many reads
+    /// have failed (review K7).
+    record_due: Option<(Instant, u32)>,
     /// The node's slurmd, as the job prolog named it ([`launch::SLURMD_VAR`]); `None`: not known,
     /// and not looked at.
     slurmd: Option<ProcessIdentity>,
+    /// What tells a slurmd started again here from other processes of that name (review K6).
+    slurmd_wanted: Option<gmq_node::slurmd::Wanted>,
     /// It is gone and none runs here: how many times slurmctld has said since that the run goes on.
     slurmd_gone: Option<u32>,
+    /// How many times slurmctld has said since that the run is over but not yet why
+    /// ([`SlurmdGoneRun::Unsettled`]).
+    slurmd_unsettled: u32,
     next_slurmd_look: Instant,
     /// The run was requeued or ended while the node's slurmd was gone: no epilog will come, and
     /// what the run left here is the watchdog's to end.
     orphaned: bool,
+    /// And slurmctld said it was for this node's failure ([`SlurmdGoneRun::Over`]): the record
+    /// counts a `node_fail`, and self-healing leaves the run alone.
+    node_failure: bool,
     /// The job's names on this node, for the sweep of its cgroups.
     on_node: JobOnNode,
 }
@@ -159,148 +180,263 @@ impl Daemon {
             &mut reporter,
             &dir,
         );
-        // The driver's hard limit first, with the quota the prolog gave: the job's tasks wait for
-        // the watchdog's word on it before they start, and slurmctld, asked next, may be slow.
-        let mut hard_limit = None;
-        let mut hard_limit_due = None;
-        match (&source, params.quota) {
-            (Some(source), Some(quota)) if settings.hard_limit => {
-                let setter = hard_limit_setter(&settings.nvml_library, &dir, &mut reporter);
-                match (setter, presence.find_job_dir_now()) {
-                    (Some(setter), Some(job_dir)) => {
-                        hard_limit =
-                            set_hard_limit(setter, source, job_dir, quota.bytes(), &dir, &mut reporter)
-                    }
-                    // Not made yet (no PrologFlags=Contain): looked for often until it is.
-                    (setter, None) => hard_limit_due = setter,
-                    (None, Some(_)) => {}
-                }
-            }
-            (Some(_), Some(_)) => say_hard_limit(&dir, &Outcome::SwitchedOff.log_line(), &mut reporter),
-            (Some(_), None) => say_hard_limit(&dir, "no hard limit: the job has no quota", &mut reporter),
-            // The job left before NVML answered: nothing of it starts any more.
-            (None, _) => {}
-        }
-
         // The job's GPUs here are the credential's (the prolog's `SLURM_JOB_GPUS`). What the
         // credential lacks (the shards, the QOS before 26.05, the priority and requeue facts) is
-        // in slurmctld's record of the job: one single-job request, once per watchdog.
-        let record = control.tools.job_record(params.job_id);
-        let job = record
-            .as_ref()
-            .map_err(|e| ControlError::from(e.clone()))
-            .and_then(JobState::of_record);
-        if let Err(e) = &job {
-            reporter.error(&format!("cannot read the job from slurmctld: {e}"));
-        }
-        // Kept for the job's srun steps, so that they need not each ask slurmctld again.
-        if let Ok(record) = &record {
-            let facts = node_files::NodeFacts {
-                account: record.account.clone(),
-                partition: record.partition.clone(),
-                qos: record.qos.clone(),
-                shards: record.shards_on(&node),
-            };
-            let access = textfile::Access::readable_by(params.uid);
-            if let Err(e) =
-                textfile::write_atomically_as(&dir, node_files::FACTS_FILE, &facts.render(), access)
-            {
-                reporter.error(&format!("cannot keep the job's facts in {}: {e}", dir.display()));
-            }
-        }
-        // The plugin decided the quota from what the step's environment said, which the user's own
-        // srun writes: held here to what slurmctld's record of the job allows.
-        let quota = match (&record, &source) {
-            (Ok(record), Some(source)) => {
-                let who = Identity::named(&user, &record.account, &record.partition, &record.qos);
-                let gpu_total = source.gpu_total().map(ByteSize::from_bytes);
-                let given = match &params.provisional {
-                    Some(provisional) => settle(
-                        &policy,
-                        provisional,
-                        &who,
-                        gpu_total,
-                        params.quota,
-                        &dir,
-                        &mut reporter,
-                    ),
-                    None => params.quota,
-                };
-                let (quota, said) =
-                    admission::held_by_watchdog(&policy, given, &who, record.shards_on(&node), gpu_total);
-                for line in said {
-                    reporter.warning(&line);
-                }
-                quota
-            }
-            _ => params.quota,
-        };
-        if let (Some(source), Some((setter, in_force))) = (&source, hard_limit.as_mut()) {
-            reset_hard_limit(source, setter, in_force, quota, &mut reporter);
-        }
-        let mut watchdog = Watchdog::new(params.job_id, &node, quota, settings.clone())
+        // in slurmctld's record of the job: one single-job request, after the hard limit (below);
+        // asked again later, rarely, while it fails (`take_record`).
+        let watchdog = Watchdog::new(params.job_id, &node, params.quota, settings.clone())
             .with_prediction(policy.prediction.clone());
-        watchdog.set_hard_limit(hard_limit.as_ref().map(|(_, f)| f.clone()));
-        if let Ok(job) = &job {
-            watchdog.set_run(job.restarts);
-            watchdog.set_node_count(job.node_count);
-        }
-        reporter.info(&format!(
-            "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
-            params.gpus.join(","),
-            quota
-                .map(|q| q.to_string())
-                .unwrap_or_else(|| "none (recording only)".into()),
-            settings.interval,
-            settings.warn_threshold * 100.0,
-            settings.grace,
-            settings.action.name(),
-        ));
         let attributor = ProcAttributor::new(
             params.job_id,
             params.uid,
             PathBuf::from(PROC_ROOT),
             PathBuf::from(CGROUP_ROOT),
         );
-        let contender = match (&source, &job, me) {
-            (Some(source), Ok(job), Some(me)) if policy.preemption.enabled => {
-                let registry = Registration {
-                    node: &node,
-                    user: &user,
-                    quota,
-                    job,
-                    me,
-                };
-                join_registry(&policy, &params, registry, source, &mut control, &mut reporter)
-            }
-            _ => None,
-        };
         let telemetry = TelemetryReader::new(PathBuf::from(PROC_ROOT), params.job_id, params.uid, READ_EVERY);
-        Ok(Daemon {
+        let slurmd = slurmd_from_env();
+        let slurmd_wanted = slurmd
+            .as_ref()
+            .map(|s| gmq_node::slurmd::Wanted::from_prolog(Path::new(PROC_ROOT), s));
+        let mut daemon = Daemon {
+            near_margin: policy.hints.near_margin,
+            policy,
             params,
             settings,
-            near_margin: policy.hints.near_margin,
             dir,
             _lock: lock,
             user,
+            node,
+            me,
             control,
             reporter,
             metrics,
-            gpus: source,
+            gpus: None,
             watchdog,
             attributor,
-            contender,
-            hard_limit,
-            hard_limit_due,
+            contender: None,
+            hard_limit: None,
+            hard_limit_due: None,
+            hard_limit_tried: false,
             presence,
             telemetry,
             run_over: false,
-            slurmd: slurmd_from_env(),
+            record_due: None,
+            slurmd: slurmd.map(|s| ProcessIdentity {
+                pid: s.pid,
+                start_time: s.start_time,
+            }),
+            slurmd_wanted,
             slurmd_gone: None,
+            slurmd_unsettled: 0,
             next_slurmd_look: Instant::now(),
             orphaned: false,
+            node_failure: false,
             on_node,
-        })
+        };
+        // The driver's hard limit first, with the quota the prolog gave: the job's tasks wait for
+        // the watchdog's word on it before they start, and slurmctld, asked next, may be slow.
+        daemon.enforce(daemon.params.quota, source.as_ref());
+        let record = daemon.control.tools.job_record(daemon.params.job_id);
+        match record {
+            Ok(record) => daemon.take_record(&record, source.as_ref()),
+            Err(e) => {
+                let failures = 1;
+                daemon.reporter.error(&format!(
+                    "cannot read the job from slurmctld: {e}; the quota is the job prolog's until it \
+                     can (asked again in {}s)",
+                    record_retry_after(failures).as_secs()
+                ));
+                daemon.record_due = Some((Instant::now() + record_retry_after(failures), failures));
+            }
+        }
+        daemon.gpus = source;
+        let settings = &daemon.settings;
+        let watching = format!(
+            "watching GPU(s) {} with quota {} per GPU (interval {:?}, warn at {:.0}%, grace {:?}, action {})",
+            daemon.params.gpus.join(","),
+            daemon
+                .watchdog
+                .quota
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "none (recording only)".into()),
+            settings.interval,
+            settings.warn_threshold * 100.0,
+            settings.grace,
+            settings.action.name(),
+        );
+        daemon.reporter.info(&watching);
+        Ok(daemon)
+    }
+
+    /// slurmctld's record of the job, read at start or, where that failed, later (review K7): one
+    /// code path for both. Keeps the job's facts for its srun steps; holds the quota to what the
+    /// record allows (the job's shards and caps: lowered, never raised; a provisional quota the
+    /// prolog gave without the job's QOS is settled first, and may rise to the job's real one),
+    /// and the driver's hard limit with it; learns which run this is and on how many nodes; and
+    /// joins preemption, which needs the job's priority.
+    fn take_record(&mut self, record: &JobRecord, gpus: Option<&NvmlSource>) {
+        self.record_due = None;
+        // Kept for the job's srun steps, so that they need not each ask slurmctld again.
+        let facts = node_files::NodeFacts {
+            account: record.account.clone(),
+            partition: record.partition.clone(),
+            qos: record.qos.clone(),
+            shards: record.shards_on(&self.node),
+        };
+        let access = textfile::Access::readable_by(self.params.uid);
+        if let Err(e) =
+            textfile::write_atomically_as(&self.dir, node_files::FACTS_FILE, &facts.render(), access)
+        {
+            self.reporter.error(&format!(
+                "cannot keep the job's facts in {}: {e}",
+                self.dir.display()
+            ));
+        }
+        // The plugin decided the quota from what the step's environment said, which the user's own
+        // srun writes: held here to what slurmctld's record of the job allows.
+        let quota = match gpus {
+            Some(source) => {
+                let gpu_total = source.gpu_total().map(ByteSize::from_bytes);
+                quota_from_record(
+                    &self.policy,
+                    &self.params,
+                    record,
+                    &self.user,
+                    &self.node,
+                    gpu_total,
+                    &self.dir,
+                    &mut self.reporter,
+                )
+            }
+            None => self.params.quota,
+        };
+        self.enforce(quota, gpus);
+        let job = match JobState::of_record(record) {
+            Ok(job) => job,
+            Err(e) => {
+                self.reporter
+                    .error(&format!("cannot read the job from slurmctld: {e}"));
+                return;
+            }
+        };
+        self.watchdog.set_run(job.restarts);
+        self.watchdog.set_node_count(job.node_count);
+        if let (Some(source), Some(me), None, true) =
+            (gpus, self.me, &self.contender, self.policy.preemption.enabled)
+        {
+            let registry = Registration {
+                node: &self.node,
+                user: &self.user,
+                quota: self.watchdog.quota,
+                job: &job,
+                me,
+            };
+            self.contender = join_registry(
+                &self.policy,
+                &self.params,
+                registry,
+                source,
+                &mut self.control,
+                &mut self.reporter,
+            );
+        }
+    }
+
+    /// Where the record could not be read at start: asks slurmctld again when due
+    /// ([`record_retry_after`]), until it answers; then applies it as start would have
+    /// ([`Daemon::take_record`]) and says what changed.
+    fn retry_record(&mut self, gpus: &NvmlSource) {
+        let Some((due, failures)) = self.record_due else {
+            return;
+        };
+        if Instant::now() < due {
+            return;
+        }
+        match self.control.tools.job_record(self.params.job_id) {
+            Ok(record) => {
+                let before = self.watchdog.quota;
+                self.take_record(&record, Some(gpus));
+                let shown = |q: Option<ByteSize>| q.map_or("none".to_string(), |q| q.to_string());
+                self.reporter.info(&format!(
+                    "slurmctld's record of the job, read at last (after {failures} failed read(s)): quota {} \
+                     per GPU (the job prolog's: {}), run {}",
+                    shown(self.watchdog.quota),
+                    shown(before),
+                    self.watchdog
+                        .run()
+                        .map_or("unknown".to_string(), |r| r.to_string()),
+                ));
+            }
+            Err(e) => {
+                let failures = failures.saturating_add(1);
+                let again = record_retry_after(failures);
+                if ControlError::from(e.clone()).job_gone() {
+                    self.record_due = None;
+                    return;
+                }
+                self.reporter.warning(&format!(
+                    "still cannot read the job from slurmctld ({e}): asking again in {}s",
+                    again.as_secs()
+                ));
+                self.record_due = Some((Instant::now() + again, failures));
+            }
+        }
+    }
+
+    /// Enforces `quota` from now on: the watchdog's, and the driver's hard limit with it. The first
+    /// time (before slurmctld is asked anything) the limit is set, or its absence said: the word
+    /// the job's tasks wait for; where the job's cgroup is not there yet, it is set once it is
+    /// (`Daemon::set_hard_limit_when_due`). Later, a limit in force is set again to a new quota.
+    fn enforce(&mut self, quota: Option<ByteSize>, gpus: Option<&NvmlSource>) {
+        self.watchdog.quota = quota;
+        let Some(gpus) = gpus else {
+            return;
+        };
+        if let Some((setter, in_force)) = self.hard_limit.as_mut() {
+            reset_hard_limit(gpus, setter, in_force, quota, &mut self.reporter);
+            if quota.is_none() {
+                self.hard_limit = None;
+            }
+            self.watchdog
+                .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
+            return;
+        }
+        if self.hard_limit_tried {
+            return;
+        }
+        self.hard_limit_tried = true;
+        let Some(quota) = quota else {
+            say_hard_limit(
+                &self.dir,
+                "no hard limit: the job has no quota",
+                &mut self.reporter,
+            );
+            return;
+        };
+        if !self.settings.hard_limit {
+            say_hard_limit(&self.dir, &Outcome::SwitchedOff.log_line(), &mut self.reporter);
+            return;
+        }
+        let Some(setter) = hard_limit_setter(&self.settings.nvml_library, &self.dir, &mut self.reporter)
+        else {
+            return;
+        };
+        match self.presence.find_job_dir_now().map(Path::to_path_buf) {
+            Some(job_dir) => {
+                self.hard_limit = set_hard_limit(
+                    setter,
+                    gpus,
+                    &job_dir,
+                    quota.bytes(),
+                    &self.dir,
+                    &mut self.reporter,
+                );
+                self.watchdog
+                    .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
+            }
+            // Not made yet (no PrologFlags=Contain): looked for often until it is.
+            None => self.hard_limit_due = Some(setter),
+        }
     }
 
     /// Each interval: sample, decide and act ([`Watchdog::tick`]), take part in preemption, keep
@@ -331,7 +467,7 @@ impl Daemon {
             );
             if flow == Flow::Stop {
                 // slurmctld has no run of the job for this watchdog any more; with slurmd gone,
-                // nobody else will end what the run left here.
+                // nobody else will end what the run left here (not said to be a node failure).
                 if self.slurmd_gone.is_some() {
                     self.run_over = true;
                     self.orphaned = true;
@@ -376,9 +512,10 @@ impl Daemon {
             if check_every.is_some_and(|every| last_check.elapsed() >= every) && !self.slurmd_came_back() {
                 last_check = Instant::now();
                 if self.slurmd_gone.is_some() {
-                    if self.orphaned_run() {
+                    if let Some(node_failure) = self.orphaned_run() {
                         self.run_over = true;
                         self.orphaned = true;
+                        self.node_failure = node_failure;
                         break;
                     }
                 } else {
@@ -403,6 +540,7 @@ impl Daemon {
                 self.run_over = true;
                 break;
             }
+            self.retry_record(&gpus);
             if self.pause(jitter.around(self.settings.interval)) {
                 break;
             }
@@ -510,7 +648,11 @@ impl Daemon {
         if self.slurmd_gone.is_none() {
             return false;
         }
-        let Some(back) = gmq_node::slurmd::find(Path::new(PROC_ROOT)) else {
+        let Some(back) = self
+            .slurmd_wanted
+            .as_ref()
+            .and_then(|wanted| gmq_node::slurmd::find(Path::new(PROC_ROOT), wanted))
+        else {
             return false;
         };
         self.reporter.info(&format!(
@@ -519,35 +661,63 @@ impl Daemon {
         ));
         self.slurmd = Some(back);
         self.slurmd_gone = None;
+        self.slurmd_unsettled = 0;
         true
     }
 
     /// slurmd is gone: whether slurmctld has requeued or ended this run of the job (one
-    /// single-job request), which nobody here will be told. Says so when it has.
-    fn orphaned_run(&mut self) -> bool {
+    /// single-job request), which nobody here will be told; and if so, whether for this node's
+    /// failure (one more request, for this node's state: [`slurmd_gone_run`]). Says so when it has.
+    fn orphaned_run(&mut self) -> Option<bool> {
         let answered = self.slurmd_gone.unwrap_or(0);
-        let said = match self.control.job() {
-            Ok(job) if is_this_run(&job, self.watchdog.run()) => None,
-            Ok(job) => Some(format!("it is {} after {} restart(s)", job.state, job.restarts)),
-            Err(e) if e.job_gone() => Some(format!("it is gone ({e})")),
-            Err(e) => {
+        let run = self.watchdog.run();
+        let job = self.control.job();
+        let node_down = match &job {
+            Ok(job) if !is_this_run(job, run) => match self.control.tools.node_down(&self.node) {
+                Ok(down) => Some(down),
+                Err(e) => {
+                    self.reporter
+                        .warning(&format!("cannot read this node's state from slurmctld: {e}"));
+                    None
+                }
+            },
+            _ => None,
+        };
+        let said = match &job {
+            Ok(job) => format!("it is {} after {} restart(s)", job.state, job.restarts),
+            Err(e) => format!("it is gone ({e})"),
+        };
+        match slurmd_gone_run(job.as_ref(), run, node_down, self.slurmd_unsettled) {
+            SlurmdGoneRun::GoesOn => {
                 // Cut off from slurmctld too: watched on, said at the first ask only.
-                if answered == 0 {
+                if let (Err(e), 0) = (&job, answered) {
                     self.reporter
                         .warning(&format!("cannot check the job with slurmctld: {e}"));
                 }
+                self.slurmd_gone = Some(answered.saturating_add(1));
                 None
             }
-        };
-        let Some(said) = said else {
-            self.slurmd_gone = Some(answered.saturating_add(1));
-            return false;
-        };
-        self.reporter.warning(&format!(
-            "slurmctld no longer runs this run of the job ({said}) and slurmd on this node is gone: \
-             the watchdog stops without acting, and ends what the run left on this node"
-        ));
-        true
+            SlurmdGoneRun::Unsettled => {
+                self.slurmd_unsettled += 1;
+                None
+            }
+            SlurmdGoneRun::Over { node_failure: true } => {
+                self.reporter.warning(&format!(
+                    "slurmctld no longer runs this run of the job ({said}, this node DOWN) and slurmd \
+                     on this node is gone: the watchdog stops without acting, and ends what the run \
+                     left on this node"
+                ));
+                Some(true)
+            }
+            SlurmdGoneRun::Over { node_failure: false } => {
+                self.reporter.warning(&format!(
+                    "slurmctld no longer runs this run of the job ({said}), not for a failure of this \
+                     node (slurmctld does not have it DOWN), and no slurmd is seen on this node: the \
+                     watchdog stops and ends what the run left on this node, as the job epilog would"
+                ));
+                Some(false)
+            }
+        }
     }
 
     /// The run ended while slurmd was gone: the job's processes still in its cgroups here (its
@@ -598,9 +768,9 @@ impl Daemon {
     }
 
     /// The run ended here: requeue a batch job that failed near out of memory (`super::heal`).
-    /// Not a run slurmctld requeued or ended for a node failure: it did not fail by itself.
+    /// Not a run slurmctld requeued or ended for this node's failure: it did not fail by itself.
     fn heal(&mut self) {
-        if self.orphaned {
+        if self.node_failure {
             return;
         }
         let policy = HealPolicy {
@@ -656,8 +826,10 @@ impl Daemon {
         self.clear_hard_limit();
         if self.orphaned {
             // This node's part of the run, which no epilog or batch step here will write.
-            self.watchdog
-                .record_node_fail(unix_now(), &mut self.control, &mut self.reporter);
+            if self.node_failure {
+                self.watchdog
+                    .record_node_fail(unix_now(), &mut self.control, &mut self.reporter);
+            }
             self.end_orphaned_run();
         }
         // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
@@ -681,21 +853,54 @@ impl Daemon {
     /// Takes the hard limit off the job's cgroup (where its run ended and the cgroup may be reused
     /// by the next run of the job, or where a v1 cgroup outlives its job).
     fn clear_hard_limit(&mut self) {
-        let (Some((setter, in_force)), Some(gpus)) = (self.hard_limit.take(), self.gpus.as_ref()) else {
-            return;
-        };
-        for (gpu, device) in gpus.listed_handles() {
-            let code = setter.set(device, &in_force.namespace, 0, hard_limit::LIMIT_MAX);
-            if code != 0 {
-                self.reporter.warning(&format!(
-                    "cannot clear the hard limit on GPU {gpu} (NVML error {code}); it goes with the cgroup"
-                ));
-            }
+        if let Some(gpus) = self.gpus.as_ref() {
+            clear_hard_limit(self.hard_limit.take(), gpus, &mut self.reporter);
         }
     }
 }
 
-/// The slurmd the job prolog named ([`launch::SLURMD_VAR`]), if it did.
+/// Takes `limit` off the job's cgroup on each of its GPUs, if one is in force.
+fn clear_hard_limit(limit: Option<(Setter, InForce)>, gpus: &NvmlSource, report: &mut LogReporter) {
+    let Some((setter, in_force)) = limit else {
+        return;
+    };
+    for (gpu, device) in gpus.listed_handles() {
+        let code = setter.set(device, &in_force.namespace, 0, hard_limit::LIMIT_MAX);
+        if code != 0 {
+            report.warning(&format!(
+                "cannot clear the hard limit on GPU {gpu} (NVML error {code}); it goes with the cgroup"
+            ));
+        }
+    }
+}
+
+/// The quota slurmctld's `record` of the job allows ([`Daemon::take_record`]): the prolog's
+/// (`params.quota`), settled first where it was provisional ([`settle`]), then held to the job's
+/// shards on this node and to its caps (`admission::held_by_watchdog`: lowered, never raised), each
+/// change said.
+#[allow(clippy::too_many_arguments)]
+fn quota_from_record(
+    policy: &config::Config,
+    params: &Params,
+    record: &JobRecord,
+    user: &str,
+    node: &str,
+    gpu_total: Option<ByteSize>,
+    dir: &Path,
+    report: &mut dyn Reporter,
+) -> Option<ByteSize> {
+    let who = Identity::named(user, &record.account, &record.partition, &record.qos);
+    let given = match &params.provisional {
+        Some(provisional) => settle(policy, provisional, &who, gpu_total, params.quota, dir, report),
+        None => params.quota,
+    };
+    let (quota, said) = admission::held_by_watchdog(policy, given, &who, record.shards_on(node), gpu_total);
+    for line in said {
+        report.warning(&line);
+    }
+    quota
+}
+
 /// The job prolog could not know the job's QOS (before 26.05) and gave a provisional quota: decided
 /// again here, as the job's steps decide, from the job's request and slurmctld's record (`who`).
 /// A request that the job's real QOS refuses keeps the provisional quota (the strictest accepted
@@ -708,7 +913,7 @@ fn settle(
     gpu_total: Option<ByteSize>,
     quota: Option<ByteSize>,
     dir: &Path,
-    report: &mut LogReporter,
+    report: &mut dyn Reporter,
 ) -> Option<ByteSize> {
     let qos = who.qos.as_deref().unwrap_or("");
     let policy = Ok(policy.clone());
@@ -742,10 +947,9 @@ fn settle(
     }
 }
 
-fn slurmd_from_env() -> Option<ProcessIdentity> {
-    let text = std::env::var(launch::SLURMD_VAR).ok()?;
-    let (pid, start_time) = launch::parse_slurmd_var(&text)?;
-    Some(ProcessIdentity { pid, start_time })
+/// The slurmd the job prolog named ([`launch::SLURMD_VAR`]), if it did.
+fn slurmd_from_env() -> Option<launch::Slurmd> {
+    launch::parse_slurmd_var(&std::env::var(launch::SLURMD_VAR).ok()?)
 }
 
 /// The jitter's seed: the clock and the pid, so that watchdogs started in the same instant differ.
@@ -754,4 +958,165 @@ fn jitter_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     nanos ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gmq_core::size::parse_size;
+    use gmq_core::watchdog::status;
+
+    /// What the watchdog would log, level and line.
+    #[derive(Default)]
+    struct Said(Vec<String>);
+
+    impl Reporter for Said {
+        fn info(&mut self, message: &str) {
+            self.0.push(format!("info: {message}"));
+        }
+        fn warning(&mut self, message: &str) {
+            self.0.push(format!("warning: {message}"));
+        }
+        fn error(&mut self, message: &str) {
+            self.0.push(format!("error: {message}"));
+        }
+        fn status(&mut self, _: &status::Status) {}
+    }
+
+    const POLICY: &str = r#"
+[defaults]
+default = "50%"
+max = "64G"
+gpu_memory = "80G"
+
+[account.chemistry]
+max = "30G"
+
+[qos.debug]
+max = "8G"
+
+[qos.long]
+default = "24G"
+
+[scheduling]
+shard_unit = "1G"
+"#;
+
+    fn params(quota: &str, provisional: Option<Option<&str>>) -> Params {
+        Params {
+            job_id: 77,
+            uid: 2001,
+            gid: 2001,
+            quota: Some(parse_size(quota).unwrap()),
+            gpus: vec!["0".into()],
+            config: PathBuf::from("/etc/gpu-mem-quota.toml"),
+            preemptible: false,
+            sluid: None,
+            provisional: provisional.map(|request| Provisional {
+                request: request.map(str::to_string),
+            }),
+        }
+    }
+
+    fn record(account: &str, qos: &str, shards: u64) -> JobRecord {
+        JobRecord {
+            job_id: 77,
+            admin_comment: String::new(),
+            account: account.into(),
+            partition: "gpu".into(),
+            qos: qos.into(),
+            user_id: 2001,
+            priority: 1,
+            nodes: vec!["n1".into(), "n2".into()],
+            shards_by_node: vec![shards, 80],
+            given_gpus: true,
+            end: None,
+            het_leader: None,
+        }
+    }
+
+    /// K7: the quota slurmctld's record allows, as the watchdog applies it at start and, the same
+    /// way, when the record arrives late: held to the job's shards and caps (lowered, never
+    /// raised); a provisional quota settled first (it may rise to the job's real one); a request
+    /// the job's real QOS refuses keeps the provisional quota and leaves the refusal for the job's
+    /// later tasks.
+    #[test]
+    fn the_record_lowers_the_quota_and_settles_a_provisional_one() {
+        let policy = config::parse(POLICY, "test.toml").unwrap();
+        let gpu = Some(ByteSize::from_bytes(80 << 30));
+        let dir = tempfile::tempdir().unwrap();
+        let cases: Vec<(&str, Params, JobRecord, &str, &str)> = vec![
+            // (what, the prolog's word, the record, the quota, a line said)
+            (
+                "K7's example: --gres=shard:1, the default 40G held to 1G",
+                params("40G", None),
+                record("biology", "normal", 1),
+                "1G",
+                "exceeds its 1 shard(s) x 1G",
+            ),
+            (
+                "the account's cap",
+                params("40G", None),
+                record("chemistry", "normal", 0),
+                "30G",
+                "exceeds the 30G cap for account 'chemistry'",
+            ),
+            (
+                "within everything: kept",
+                params("20G", None),
+                record("biology", "normal", 40),
+                "20G",
+                "",
+            ),
+            (
+                "never raised: the prolog's 10G stays under 40 shards",
+                params("10G", None),
+                record("biology", "long", 40),
+                "10G",
+                "",
+            ),
+            (
+                "provisional, no request: the real QOS's default, raised from the strictest cap",
+                params("8G", Some(None)),
+                record("biology", "long", 0),
+                "24G",
+                "the job's QOS 'long' from slurmctld",
+            ),
+            (
+                "provisional, settled, then held to the shards",
+                params("8G", Some(None)),
+                record("biology", "long", 16),
+                "16G",
+                "exceeds its 16 shard(s) x 1G",
+            ),
+            (
+                "provisional, refused by the real QOS: the provisional quota stays",
+                params("8G", Some(Some("20G"))),
+                record("biology", "debug", 0),
+                "8G",
+                "refuses its request",
+            ),
+        ];
+        for (what, params, record, quota, line) in cases {
+            let mut said = Said::default();
+            let _ = std::fs::remove_file(dir.path().join(node_files::PROLOG_FILE));
+            let got = quota_from_record(
+                &policy,
+                &params,
+                &record,
+                "gmq-user",
+                "n1",
+                gpu,
+                dir.path(),
+                &mut said,
+            );
+            assert_eq!(got, Some(parse_size(quota).unwrap()), "{what}: {:#?}", said.0);
+            match line {
+                "" => assert!(said.0.is_empty(), "{what}: {:#?}", said.0),
+                line => assert!(said.0.iter().any(|l| l.contains(line)), "{what}: {:#?}", said.0),
+            }
+            let refused = dir.path().join(node_files::PROLOG_FILE).exists();
+            assert_eq!(refused, line == "refuses its request", "{what}");
+        }
+    }
 }
