@@ -281,6 +281,8 @@ mod tests {
     /// namespace, and slurmd's executable at `usr/sbin/slurmd` under the copy's `bin` directory.
     struct Node {
         dir: tempfile::TempDir,
+        /// How many installed files were replaced (kept aside, see `install`).
+        replaced: std::cell::Cell<u32>,
     }
 
     impl Node {
@@ -297,7 +299,10 @@ mod tests {
                     fs::copy(file.path(), to.join(file.file_name())).unwrap();
                 }
             }
-            let node = Node { dir };
+            let node = Node {
+                dir,
+                replaced: std::cell::Cell::new(0),
+            };
             for pid in node.pids() {
                 node.namespace(pid, NODE_NS);
             }
@@ -322,7 +327,13 @@ mod tests {
         fn install(&self, path: &str) -> PathBuf {
             let file = self.dir.path().join("bin").join(path);
             fs::create_dir_all(file.parent().unwrap()).unwrap();
-            let _ = fs::remove_file(&file);
+            // The file it replaces is kept aside, not removed: a freed inode may be the next
+            // file's, and the test would then take another program for slurmd's executable.
+            if file.exists() {
+                let kept = self.dir.path().join(format!("replaced-{}", self.replaced.get()));
+                self.replaced.set(self.replaced.get() + 1);
+                fs::rename(&file, kept).unwrap();
+            }
             fs::write(&file, path).unwrap();
             file
         }
