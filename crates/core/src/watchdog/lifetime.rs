@@ -227,6 +227,20 @@ pub fn stopping_line(usage: &BTreeMap<u32, GpuUsage>) -> String {
 mod tests {
     use super::*;
 
+    /// A two-node job in `state`, after `restarts` requeues.
+    fn job(state: crate::slurm_text::JobState, restarts: u32) -> JobState {
+        JobState {
+            state,
+            restarts,
+            requeueable: true,
+            qos: String::new(),
+            partition: String::new(),
+            account: String::new(),
+            priority: 0,
+            node_count: 2,
+        }
+    }
+
     #[test]
     fn slurmctld_is_asked_only_where_the_node_cannot_tell() {
         let interval = Duration::from_secs(2);
@@ -268,16 +282,6 @@ mod tests {
 
     #[test]
     fn a_requeued_or_restarted_job_is_not_the_run_watched() {
-        let job = |state, restarts| JobState {
-            state,
-            restarts,
-            requeueable: true,
-            qos: String::new(),
-            partition: String::new(),
-            account: String::new(),
-            priority: 0,
-            node_count: 2,
-        };
         use crate::slurm_text::JobState as S;
         assert!(is_this_run(&job(S::Running, 0), Some(0)));
         assert!(is_this_run(&job(S::Running, 3), None));
@@ -290,16 +294,6 @@ mod tests {
     #[test]
     fn a_node_failure_is_slurmctlds_word_never_the_nodes_guess() {
         use crate::slurm_text::JobState as S;
-        let job = |state, restarts| JobState {
-            state,
-            restarts,
-            requeueable: true,
-            qos: String::new(),
-            partition: String::new(),
-            account: String::new(),
-            priority: 0,
-            node_count: 2,
-        };
         let gone = ControlError::JobGone("invalid job id".into());
         let cut_off = ControlError::Unavailable("slurmctld not responding".into());
         let over = |node_failure| SlurmdGoneRun::Over { node_failure };
