@@ -433,15 +433,19 @@ fn a_killed_watchdog_never_harms_the_job_and_leaves_nothing_behind() {
     let dir = user_dir("wd-killed");
     let go = dir.join("go");
     let script = format!(
-        "{CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; rm -f {FAKE_NVML}/procs/$GPU/$$; \
-         srun -n1 true; echo done",
+        "echo started; {CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; \
+         rm -f {FAKE_NVML}/procs/$GPU/$$; srun -n1 true; echo done",
         go = go.display()
     );
     let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     let metrics = metrics_file(job);
+    let output = dir.join(format!("job-{job}.out"));
+    // Killed once the batch task runs: a watchdog killed before its word on the hard limit keeps
+    // the job's first task from starting at all (K1), which is not this test's case.
     assert!(
         wait_until(Duration::from_secs(30), || watchdog_pids(job).len() == 1
-            && metrics.exists()),
+            && metrics.exists()
+            && std::fs::read_to_string(&output).is_ok_and(|o| o.contains("started"))),
         "job {job}: watchdog {:?}, metrics file {} there: {}",
         watchdog_pids(job),
         metrics.display(),
