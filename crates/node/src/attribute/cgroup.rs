@@ -28,8 +28,10 @@
 //! (from another of their jobs, too) into the new cgroup. The shape alone cannot tell a user's
 //! `mkdir job_B/step_0/task_9` from Slurm's; on v1 the caller adds the kernel's fact (see
 //! `v1_owner.rs`): Slurm's own levels have root-owned `cgroup.procs`/`tasks`, a user's `mkdir`
-//! gives the user those files. On v2 the shape suffices: Slurm 22.05 chowns only `task_N`, and
-//! moving a process needs write access to the common ancestor's `cgroup.procs`, which is Slurm's.
+//! gives the user those files. On v2 the shape suffices: moving a process needs write access to the
+//! common ancestor's `cgroup.procs`, which is Slurm's. Seen live (the v2 lab's VM, Debian's 22.05.8
+//! and 24.11.5, a cgroup.conf that constrains nothing): every directory of the job is root's, and
+//! every task is in `user/task_special`.
 
 use super::step::{canonical_decimal, job_id, Step};
 use gmq_core::sluid::Sluid;
