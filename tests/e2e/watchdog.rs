@@ -18,6 +18,20 @@ fn policy(extra: &str) -> String {
 /// Shell: claim `$1` of GPU memory on the job's GPU for this shell's pid.
 const CLAIM: &str = "GPU=${SLURM_JOB_GPUS%%,*}; claim() { echo \"$1\" > /var/lib/fake-nvml/procs/$GPU/$$; }";
 
+/// Waits until the batch script of `job` (run with `sbatch(dir, ...)`) has printed `started`: its
+/// task is past the plugin's check that the job's watchdog runs and has said whether the hard
+/// limit is in force (`task_init_privileged`). A test that kills the watchdog or removes its pid
+/// file before then gets the task refused (K1): seen in CI on 22.05 and in the v2 lab's VM.
+fn wait_for_batch_task(dir: &std::path::Path, job: u32) {
+    let out = dir.join(format!("job-{job}.out"));
+    assert!(
+        wait_until(Duration::from_secs(60), || std::fs::read_to_string(&out)
+            .is_ok_and(|text| text.lines().any(|l| l == "started"))),
+        "job {job}: its batch script never started: {}",
+        std::fs::read_to_string(&out).unwrap_or_default()
+    );
+}
+
 fn watchdog_pids(job: u32) -> Vec<u32> {
     let needle = format!("--job={job}");
     std::fs::read_dir("/proc")
@@ -239,7 +253,12 @@ fn a_watchdog_no_signal_reaches_still_ends_with_its_job() {
     for nvml in ["", "nvml_library = \"/nonexistent/libnvidia-ml.so.1\"\n"] {
         let _policy = install_policy(&policy(nvml));
         let dir = user_dir("wd-unsignalled");
-        let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=8G"], "sleep 8");
+        let job = sbatch(
+            &dir,
+            &["--gres=gpu:1", "--gpu-mem-quota=8G"],
+            "echo started; sleep 8",
+        );
+        wait_for_batch_task(&dir, job);
         let pid_file = runtime_dir()
             .join("jobs")
             .join(job.to_string())
@@ -433,19 +452,16 @@ fn a_killed_watchdog_never_harms_the_job_and_leaves_nothing_behind() {
     let dir = user_dir("wd-killed");
     let go = dir.join("go");
     let script = format!(
-        "echo started; {CLAIM}; claim 10G; while [ ! -e {go} ]; do sleep 0.2; done; \
+        "{CLAIM}; claim 10G; echo started; while [ ! -e {go} ]; do sleep 0.2; done; \
          rm -f {FAKE_NVML}/procs/$GPU/$$; srun -n1 true; echo done",
         go = go.display()
     );
     let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
+    wait_for_batch_task(&dir, job);
     let metrics = metrics_file(job);
-    let output = dir.join(format!("job-{job}.out"));
-    // Killed once the batch task runs: a watchdog killed before its word on the hard limit keeps
-    // the job's first task from starting at all (K1), which is not this test's case.
     assert!(
         wait_until(Duration::from_secs(30), || watchdog_pids(job).len() == 1
-            && metrics.exists()
-            && std::fs::read_to_string(&output).is_ok_and(|o| o.contains("started"))),
+            && metrics.exists()),
         "job {job}: watchdog {:?}, metrics file {} there: {}",
         watchdog_pids(job),
         metrics.display(),

@@ -17,16 +17,24 @@ fn tree(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn the_watchdog_finds_and_watches_the_jobs_v2_directory() {
+    // Debian's scope on the 24.11 tree (as seen live), upstream's on the 26.05 one.
     let cases = [
-        ("slurm-24.11", 500001, None, "job_500001"),
+        (
+            "slurm-24.11",
+            "system.slice/n1_slurmstepd.scope",
+            500001,
+            None,
+            "job_500001",
+        ),
         (
             "slurm-26.05",
+            "system.slice/slurmstepd.scope",
             900001,
             Sluid::parse("s4T9KSR4920000"),
             "s4T9KSR4920000",
         ),
     ];
-    for (name, job_id, sluid, dir) in cases {
+    for (name, scope, job_id, sluid, dir) in cases {
         let cgroup_root = tree(name).join("cgroup");
         let job = JobOnNode {
             job_id,
@@ -35,7 +43,7 @@ fn the_watchdog_finds_and_watches_the_jobs_v2_directory() {
         };
         let mut presence = Presence::of_job(&cgroup_root, job);
         // The hard limit is set on this directory (`set_hard_limit_when_due`).
-        let want = cgroup_root.join("system.slice/slurmstepd.scope").join(dir);
+        let want = cgroup_root.join(scope).join(dir);
         assert_eq!(presence.job_dir(), Some(want.as_path()), "{name}");
         assert!(
             !presence.job_left(Instant::now()),

@@ -28,8 +28,10 @@
 //! (from another of their jobs, too) into the new cgroup. The shape alone cannot tell a user's
 //! `mkdir job_B/step_0/task_9` from Slurm's; on v1 the caller adds the kernel's fact (see
 //! `v1_owner.rs`): Slurm's own levels have root-owned `cgroup.procs`/`tasks`, a user's `mkdir`
-//! gives the user those files. On v2 the shape suffices: Slurm 22.05 chowns only `task_N`, and
-//! moving a process needs write access to the common ancestor's `cgroup.procs`, which is Slurm's.
+//! gives the user those files. On v2 the shape suffices: moving a process needs write access to the
+//! common ancestor's `cgroup.procs`, which is Slurm's. Seen live (the v2 lab's VM, Debian's 22.05.8
+//! and 24.11.5, a cgroup.conf that constrains nothing): every directory of the job is root's, and
+//! every task is in `user/task_special`.
 
 use super::step::{canonical_decimal, job_id, Step};
 use gmq_core::sluid::Sluid;
@@ -461,6 +463,38 @@ mod tests {
             let line = lines(text).next().unwrap();
             assert_eq!(slurm_cgroup(&line).unwrap().job_path, want, "{text}");
         }
+    }
+
+    /// `/proc/PID/cgroup` of a running job's processes as Debian's Slurm 22.05.8 and 24.11.5 made
+    /// them on cgroup v2 (the v2 lab's VM, slurm/vm-lab, 2026-12-07): the scope carries the node's
+    /// name (Debian builds for several slurmd per host), and with no `Constrain*` in cgroup.conf
+    /// every task of every step, the batch script's included, is in `user/task_special`, not
+    /// `user/task_<n>`. Each names its job and step, made by Slurm.
+    #[test]
+    fn lines_as_slurm_made_them_live_on_cgroup_v2() {
+        use Step::*;
+        let scope = "0::/system.slice/v2lab_slurmstepd.scope";
+        let cases = [
+            ("job_1/step_batch/user/task_special", 1, Some(Batch)),
+            ("job_1/step_0/user/task_special", 1, Some(Numbered(0))),
+            ("job_1/step_extern/slurm", 1, Some(Extern)),
+            ("job_1/step_batch/slurm", 1, Some(Batch)),
+            ("job_500000/step_0/slurm", 500000, Some(Numbered(0))),
+            ("job_500000/step_batch/user/task_special", 500000, Some(Batch)),
+        ];
+        for (below, id, step) in cases {
+            let text = format!("{scope}/{below}\n");
+            assert_eq!(membership(&text), job(id, step), "{text}");
+            let line = lines(&text).next().unwrap();
+            let cgroup = slurm_cgroup(&line).unwrap();
+            assert_eq!(cgroup.shape, Level::Slurm, "{text}");
+            assert_eq!(
+                cgroup.job_path,
+                format!("/system.slice/v2lab_slurmstepd.scope/job_{id}")
+            );
+        }
+        // slurmd's own `slurmstepd infinity`: in the scope, in no job.
+        assert_eq!(membership(&format!("{scope}/system\n")), Membership::NoJob);
     }
 
     #[test]

@@ -17,6 +17,9 @@ use gmq_node::attribute::{
 /// 2001, ending).
 struct Node {
     root: PathBuf,
+    /// slurmd's scope below the v2 mount: Debian's `n1_slurmstepd.scope` (24.11, as seen live),
+    /// upstream's `slurmstepd.scope` (26.05).
+    scope: &'static str,
     jobs: [JobOnNode; 3],
 }
 
@@ -29,6 +32,7 @@ impl Node {
         };
         Node::at(
             "slurm-24.11",
+            "system.slice/n1_slurmstepd.scope",
             [job(500001, 2001), job(500002, 2002), job(500003, 2001)],
         )
     }
@@ -41,6 +45,7 @@ impl Node {
         };
         Node::at(
             "slurm-26.05",
+            "system.slice/slurmstepd.scope",
             [
                 job(900001, 2001, "s4T9KSR4920000"),
                 job(900002, 2002, "s4T9KSR4920001"),
@@ -49,11 +54,11 @@ impl Node {
         )
     }
 
-    fn at(name: &str, jobs: [JobOnNode; 3]) -> Node {
+    fn at(name: &str, scope: &'static str, jobs: [JobOnNode; 3]) -> Node {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/cgroup-v2")
             .join(name);
-        Node { root, jobs }
+        Node { root, scope, jobs }
     }
 
     fn proc_root(&self) -> PathBuf {
@@ -67,9 +72,7 @@ impl Node {
     /// The directory Slurm makes for `job`: its SLUID where it has one (26.05), else `job_<id>`.
     fn job_dir(&self, job: &JobOnNode) -> PathBuf {
         let name = job.sluid.map_or(format!("job_{}", job.job_id), |s| s.to_string());
-        self.cgroup_root()
-            .join("system.slice/slurmstepd.scope")
-            .join(name)
+        self.cgroup_root().join(self.scope).join(name)
     }
 
     /// The jobs and steps that claim `pid` (all at Slurm's levels, from cgroups), or `None` for
@@ -218,7 +221,7 @@ fn the_jobs_directory_is_found_by_its_id_or_its_sluid() {
             job_active_on_node(&node.job_dir(&node.jobs[2]), &[]).unwrap(),
             "{name}"
         );
-        let gone = node.cgroup_root().join("system.slice/slurmstepd.scope/job_1");
+        let gone = node.cgroup_root().join(node.scope).join("job_1");
         assert!(!job_active_on_node(&gone, &[]).unwrap(), "{name}");
     }
 }
@@ -270,7 +273,7 @@ fn slurm_makes_every_v2_directory_roots() {
             .map(|l| l.split_once(' ').unwrap())
             .collect();
         for (path, owner) in &listed {
-            if path.starts_with("/system.slice/slurmstepd.scope") {
+            if path.trim_start_matches('/').starts_with(node.scope) {
                 assert_eq!(*owner, "0 0", "{path}");
             } else {
                 assert!(path.contains("/user@2001.service/"), "{path}");
