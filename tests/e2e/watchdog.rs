@@ -229,11 +229,19 @@ fn another_jobs_memory_on_the_same_gpu_never_counts() {
 fn cancelled_and_jobs_without_gpus_leave_nothing_behind() {
     let _policy = install_policy(&policy(""));
     let dir = user_dir("wd-cancel");
-    let job = sbatch(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], "sleep 120");
+    let job = sbatch(
+        &dir,
+        &["--gres=gpu:1", "--gpu-mem-quota=40G"],
+        "echo started; sleep 120",
+    );
     assert!(
         wait_until(Duration::from_secs(30), || !watchdog_pids(job).is_empty()),
         "job {job}: no watchdog"
     );
+    // Cancelled once its task runs: a SIGTERM that reaches a task before its exec, while it waits
+    // for the watchdog's word on the hard limit, is lost in slurmstepd (the task runs until
+    // KillWait's SIGKILL, 30 s later), which is not this test's case.
+    wait_for_batch_task(&dir, job);
     admin("scancel", &[&job.to_string()]);
     assert_cleaned_up(job);
 
