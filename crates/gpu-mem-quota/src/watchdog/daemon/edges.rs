@@ -108,38 +108,34 @@ pub(super) fn say_hard_limit(dir: &Path, line: &str, report: &mut LogReporter) {
 }
 
 /// The hard limit in force set again to `quota` (decided since from slurmctld's record: lower, or
-/// higher where the prolog could not know the job's QOS); taken off when the job has no quota.
+/// higher where the prolog could not know the job's QOS).
 pub(super) fn reset_hard_limit(
     source: &NvmlSource,
     setter: &Setter,
     in_force: &mut InForce,
-    quota: Option<ByteSize>,
+    quota: ByteSize,
     report: &mut LogReporter,
 ) {
-    let (soft, hard) = match quota {
-        Some(q) if q.bytes() == in_force.bytes => return,
-        Some(q) => (q.bytes(), q.bytes()),
-        None => (0, hard_limit::LIMIT_MAX),
-    };
+    if quota.bytes() == in_force.bytes {
+        return;
+    }
     let refused: Vec<String> = source
         .listed_handles()
         .into_iter()
         .filter_map(|(gpu, device)| {
-            let code = setter.set(device, &in_force.namespace, soft, hard);
+            let code = setter.set(device, &in_force.namespace, quota.bytes(), quota.bytes());
             (code != hard_limit::NVML_SUCCESS).then(|| format!("GPU {gpu}: NVML error {code}"))
         })
         .collect();
     let was = ByteSize::from_bytes(in_force.bytes);
-    match (quota, refused.is_empty()) {
-        (Some(q), true) => {
-            in_force.bytes = q.bytes();
-            report.info(&format!("hard limit now {q} (was {was}), as the job's quota"));
-        }
-        (None, true) => report.info(&format!("hard limit of {was} taken off: the job has no quota")),
-        (_, false) => report.warning(&format!(
+    if refused.is_empty() {
+        in_force.bytes = quota.bytes();
+        report.info(&format!("hard limit now {quota} (was {was}), as the job's quota"));
+    } else {
+        report.warning(&format!(
             "cannot set the hard limit again ({}): it stays {was}; the watchdog enforces the quota",
             refused.join(", ")
-        )),
+        ));
     }
 }
 

@@ -392,51 +392,41 @@ impl Daemon {
         let Some(gpus) = gpus else {
             return;
         };
-        if let Some((setter, in_force)) = self.hard_limit.as_mut() {
-            reset_hard_limit(gpus, setter, in_force, quota, &mut self.reporter);
-            if quota.is_none() {
-                self.hard_limit = None;
+        match (self.hard_limit.as_mut(), quota) {
+            (Some((setter, in_force)), Some(quota)) => {
+                reset_hard_limit(gpus, setter, in_force, quota, &mut self.reporter);
+                self.watchdog.set_hard_limit(Some(in_force.clone()));
+                return;
             }
-            self.watchdog
-                .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
-            return;
+            (Some((_, in_force)), None) => {
+                let was = ByteSize::from_bytes(in_force.bytes);
+                clear_hard_limit(self.hard_limit.take(), gpus, &mut self.reporter);
+                self.reporter
+                    .info(&format!("hard limit of {was} taken off: the job has no quota"));
+                self.watchdog.set_hard_limit(None);
+                return;
+            }
+            (None, _) => {}
         }
         if self.hard_limit_tried {
             return;
         }
         self.hard_limit_tried = true;
-        let Some(quota) = quota else {
+        if quota.is_none() {
             say_hard_limit(
                 &self.dir,
                 "no hard limit: the job has no quota",
                 &mut self.reporter,
             );
             return;
-        };
+        }
         if !self.settings.hard_limit {
             say_hard_limit(&self.dir, &Outcome::SwitchedOff.log_line(), &mut self.reporter);
             return;
         }
-        let Some(setter) = hard_limit_setter(&self.settings.nvml_library, &self.dir, &mut self.reporter)
-        else {
-            return;
-        };
-        match self.presence.find_job_dir_now().map(Path::to_path_buf) {
-            Some(job_dir) => {
-                self.hard_limit = set_hard_limit(
-                    setter,
-                    gpus,
-                    &job_dir,
-                    quota.bytes(),
-                    &self.dir,
-                    &mut self.reporter,
-                );
-                self.watchdog
-                    .set_hard_limit(self.hard_limit.as_ref().map(|(_, f)| f.clone()));
-            }
-            // Not made yet (no PrologFlags=Contain): looked for often until it is.
-            None => self.hard_limit_due = Some(setter),
-        }
+        // Set now where the job's cgroup is there; otherwise looked for often until it is.
+        self.hard_limit_due = hard_limit_setter(&self.settings.nvml_library, &self.dir, &mut self.reporter);
+        self.set_hard_limit_when_due(gpus);
     }
 
     /// Each interval: sample, decide and act ([`Watchdog::tick`]), take part in preemption, keep
