@@ -14,10 +14,20 @@ const FAKE_PROCS: &str = "/var/lib/fake-nvml/procs";
 /// Fast enforcement that cancels: sample every 500 ms, 1 s of grace.
 const ENFORCEMENT: &str = "[enforcement]\ninterval = \"500ms\"\ngrace = \"1s\"\naction = \"cancel\"\n";
 
-/// The job id in salloc's "Granted job allocation N".
-fn granted(text: &str) -> Option<u32> {
-    let at = text.find("Granted job allocation ")? + "Granted job allocation ".len();
-    text[at..].split_whitespace().next()?.parse().ok()
+/// `salloc --no-shell` as the test user, in account chemistry with one GPU, asking `quota`: the
+/// job id from its "Granted job allocation N".
+fn allocation(quota: &str) -> u32 {
+    let quota = format!("--gpu-mem-quota={quota}");
+    let alloc = as_user(
+        "salloc",
+        &["--no-shell", "-A", "chemistry", "--gres=gpu:1", &quota],
+        &[],
+    );
+    let said = text(&alloc);
+    let granted = said
+        .split_once("Granted job allocation ")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok());
+    granted.unwrap_or_else(|| panic!("salloc: {said}"))
 }
 
 struct Cancel(u32);
@@ -89,19 +99,7 @@ fn k1_an_allocation_the_node_refuses_runs_no_task_there() {
     let _policy = install_policy(&format!(
         "[defaults]\ndefault = \"none\"\nmax = \"64G\"\n[account.chemistry]\nmax = \"30G\"\n{ENFORCEMENT}"
     ));
-    let alloc = as_user(
-        "salloc",
-        &[
-            "--no-shell",
-            "-A",
-            "chemistry",
-            "--gres=gpu:1",
-            "--gpu-mem-quota=35G",
-        ],
-        &[],
-    );
-    let said = text(&alloc);
-    let job = granted(&said).unwrap_or_else(|| panic!("salloc: {said}"));
+    let job = allocation("35G");
     let _cancel = Cancel(job);
     let task = "echo the-task-ran";
     let refusal = "refusing to start the task: the job prolog refused the job's request on this \
@@ -125,18 +123,7 @@ fn k1_an_allocation_the_node_refuses_runs_no_task_there() {
     );
     assert!(watchdog_lines(job).is_empty(), "{:#?}", watchdog_lines(job));
     // The control: within the cap, the same srun runs, watched.
-    let alloc = as_user(
-        "salloc",
-        &[
-            "--no-shell",
-            "-A",
-            "chemistry",
-            "--gres=gpu:1",
-            "--gpu-mem-quota=20G",
-        ],
-        &[],
-    );
-    let control = granted(&text(&alloc)).unwrap_or_else(|| panic!("salloc: {}", text(&alloc)));
+    let control = allocation("20G");
     let _cancel_control = Cancel(control);
     let out = as_user(
         "srun",

@@ -559,11 +559,11 @@ fn v1_step_dirs(uid: u32, job: u32, step: &str) -> Vec<PathBuf> {
     dirs
 }
 
-/// Job B, the user's other job whose batch step's cgroups job A moves processes into; running,
-/// with its step cgroups made. Returns the user's uid and B's cleanup.
-fn another_job_to_move_into(dir: &Path) -> (u32, MovedOut) {
+/// Job B, the user's other job (`options`, `script`) whose batch step's cgroups job A moves
+/// processes into; running, with its step cgroups made. Returns the user's uid and B's cleanup.
+fn job_to_move_into(dir: &Path, options: &[&str], script: &str) -> (u32, MovedOut) {
     let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
-    let b = sbatch(dir, &["--gres=gpu:1"], "sleep 120");
+    let b = sbatch(dir, options, script);
     let moved_out = MovedOut { dirs: Vec::new(), b };
     assert!(
         wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, b, "step_batch")
@@ -586,7 +586,7 @@ fn f8_emptying_its_steps_does_not_stop_a_jobs_watchdog() {
     }
     let _policy = install_policy(&policy("action = \"cancel\"\n"));
     let dir = user_dir("sec-f8-empty");
-    let (uid, mut moved_out) = another_job_to_move_into(&dir);
+    let (uid, mut moved_out) = job_to_move_into(&dir, &["--gres=gpu:1"], "sleep 120");
     let b = moved_out.b;
     let Some(b_step) = v1_step_dirs(uid, b, "step_batch")
         .into_iter()
@@ -657,7 +657,7 @@ fn f2_a_process_moved_into_another_jobs_cgroup_still_counts_for_its_own_job() {
     let t0 = Instant::now();
     let _policy = install_policy(&policy("action = \"cancel\"\n"));
     let dir = user_dir("sec-f2");
-    let (uid, mut moved_out) = another_job_to_move_into(&dir);
+    let (uid, mut moved_out) = job_to_move_into(&dir, &["--gres=gpu:1"], "sleep 120");
     let b = moved_out.b;
     let owner = |p: &Path| std::fs::metadata(p).map(|m| m.uid()).unwrap_or(u32::MAX);
     let steps = v1_step_dirs(uid, b, "step_batch");
@@ -1202,18 +1202,9 @@ fn k2_a_gpu_process_parked_below_another_cpu_only_job_does_not_outlive_its_job()
     let t0 = Instant::now();
     let _policy = install_policy(&policy(""));
     let dir = user_dir("sec-k2-park");
-    let uid = std::fs::metadata(format!("/home/{}", test_user())).unwrap().uid();
     // C: the user's long CPU-only job (no GPU, no watchdog).
-    let c = sbatch(&dir, &[], "sleep 300");
-    let mut moved_out = MovedOut {
-        dirs: Vec::new(),
-        b: c,
-    };
-    assert!(
-        wait_until(Duration::from_secs(30), || !v1_step_dirs(uid, c, "step_batch")
-            .is_empty()),
-        "job {c}: no step cgroup"
-    );
+    let (uid, mut moved_out) = job_to_move_into(&dir, &[], "sleep 300");
+    let c = moved_out.b;
     let steps = v1_step_dirs(uid, c, "step_batch");
     if steps
         .iter()
