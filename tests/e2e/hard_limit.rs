@@ -214,7 +214,7 @@ fn the_hard_limit_is_in_force_before_the_first_task_runs() {
         job.id,
         job.output
     );
-    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    assert_eq!(ended_state(job.id), "COMPLETED");
     let waited = slurmd_log()
         .lines()
         .filter_map(|l| {

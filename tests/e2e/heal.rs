@@ -87,7 +87,7 @@ fn with_self_healing_off_an_oom_stays_failed() {
     assert!(watchdog_stopped(job), "job {job}: {}", output(&dir, job));
     // The decision is taken before the watchdog leaves; give slurmctld a moment all the same.
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(job_field(job, "JobState"), "FAILED", "{}", output(&dir, job));
+    assert_eq!(ended_state(job), "FAILED", "{}", output(&dir, job));
     assert_eq!(job_field(job, "Restarts"), "0");
     assert!(output(&dir, job).contains("CUDA out of memory"));
 }
@@ -108,7 +108,7 @@ fn a_job_that_fails_far_from_its_quota_is_not_requeued() {
     let job = sbatch(&dir, &OPTIONS, &script);
     assert!(watchdog_stopped(job), "job {job}: {}", output(&dir, job));
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(job_field(job, "JobState"), "FAILED", "{}", output(&dir, job));
+    assert_eq!(ended_state(job), "FAILED", "{}", output(&dir, job));
     assert_eq!(job_field(job, "Restarts"), "0");
     assert!(!syslog().contains(&format!("job {job}: the batch script failed")));
 }

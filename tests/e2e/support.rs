@@ -463,6 +463,15 @@ pub fn admin_comment(job: u32) -> String {
     }
 }
 
+/// The job's state once its epilog has run. `sbatch --wait` returns when the batch step ends,
+/// while the job may still be COMPLETING for a moment.
+pub fn ended_state(job: u32) -> String {
+    wait_until(Duration::from_secs(60), || {
+        job_field(job, "JobState") != "COMPLETING"
+    });
+    job_field(job, "JobState")
+}
+
 /// One field of `scontrol show job -o` (`JobState`, `Restarts`, `AdminComment`, ...).
 pub fn job_field(job: u32, key: &str) -> String {
     let show = admin("scontrol", &["show", "job", "-o", &job.to_string()]);

@@ -77,7 +77,7 @@ fn a_job_under_its_quota_runs_untouched_and_its_peak_is_logged() {
         "status file: {}",
         job.output
     );
-    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    assert_eq!(ended_state(job.id), "COMPLETED");
     assert_eq!(job_field(job.id, "Restarts"), "0");
     assert_cleaned_up(job.id);
     // The record of the run reached the job's AdminComment at its end, and accounting (sacct).
@@ -130,7 +130,7 @@ fn the_warn_threshold_shows_in_the_status_file_within_an_interval() {
         "the warning took {after} quarter-seconds: {}",
         job.output
     );
-    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    assert_eq!(ended_state(job.id), "COMPLETED");
     assert_cleaned_up(job.id);
 }
 
@@ -220,7 +220,7 @@ fn another_jobs_memory_on_the_same_gpu_never_counts() {
         job.output
     );
     assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
-    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    assert_eq!(ended_state(job.id), "COMPLETED");
     assert_eq!(job_field(job.id, "Restarts"), "0");
 }
 
@@ -296,7 +296,7 @@ fn nvml_faults_never_harm_the_job() {
     let script = format!("{CLAIM}; claim 50G; sleep 3; rm -f {FAKE_NVML}/procs/$GPU/$$; echo done");
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     assert!(job.output.contains("done"), "job {}: {}", job.id, job.output);
-    assert_eq!(job_field(job.id, "JobState"), "COMPLETED");
+    assert_eq!(ended_state(job.id), "COMPLETED");
     assert!(
         syslog().contains(&format!("job {}: cannot load the NVML library", job.id)),
         "no log line"
@@ -765,7 +765,7 @@ fn a_runtime_dir_it_cannot_use_refuses_the_jobs_tasks_and_says_why() {
     let job = sbatch_wait(&dir, &["--gres=gpu:1", "--gpu-mem-quota=40G"], &script);
     let _ = std::fs::remove_file(&blocked);
     assert!(!job.output.contains("done"), "job {}: {}", job.id, job.output);
-    assert_eq!(job_field(job.id, "JobState"), "FAILED");
+    assert_eq!(ended_state(job.id), "FAILED");
     assert!(
         job.output.contains(&format!(
             "job {}: refusing to start the task: the job prolog left no word on this node",
