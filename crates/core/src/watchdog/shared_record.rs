@@ -39,12 +39,26 @@ const RECORD_GROWTH_PERCENT: u64 = 10;
 /// most `1 + RECORD_SETTLE.len()` read-merge-writes however the other nodes write (review K4).
 const RECORD_SETTLE: [Duration; 2] = [Duration::from_secs(3), Duration::from_secs(15)];
 
-/// The next look for an entry written at `written` that is due after `now`, if any is left.
-fn next_look(written: Instant, now: Instant) -> Option<Instant> {
+/// The next look for an entry written at `written` that is due after `now`, if any is left:
+/// [`RECORD_SETTLE`] after the write, and [`look_stagger`] later on this node.
+fn next_look(written: Instant, now: Instant, stagger: Duration) -> Option<Instant> {
     RECORD_SETTLE
         .iter()
-        .map(|after| written + *after)
+        .map(|after| written + *after + stagger)
         .find(|at| *at > now)
+}
+
+/// How much later than [`RECORD_SETTLE`] says a node looks for its entry, and retries a write
+/// that lost: 0 to 1.9 s in steps of 100 ms, by the node's name. The nodes of a job write their
+/// first entries in the same second (they start, and warn, together); looks at the same moments
+/// on every node collided again, and at 16 nodes most nodes spent their whole budget
+/// (BENCHMARKS.md, section 12). A write takes tens of milliseconds, so 100 ms apart they pass.
+fn look_stagger(node: &str) -> Duration {
+    // FNV-1a: stable across runs and builds, unlike std's hasher.
+    let hash = node.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Duration::from_millis(hash % 20 * 100)
 }
 
 /// Counts an action in the run's entry: its `cause` (over quota, preempted) and what was done;
@@ -168,7 +182,7 @@ impl Watchdog {
             // The looks are a fixed budget counted from the write that armed them: whatever this
             // one finds, and whether or not it writes, it never adds a look (review K4).
             let armed = self.record_looks_from.unwrap_or(now);
-            self.record_confirm_at = next_look(armed, now);
+            self.record_confirm_at = next_look(armed, now, look_stagger(&self.node));
             if let (Ok(AdminComment::Read(text)), Some((_, written))) = (&comment, &self.record_written) {
                 if record::is_recorded(text, written) {
                     return;
@@ -183,7 +197,7 @@ impl Watchdog {
                 self.record_retry_at = None;
                 if due && self.record_shared {
                     self.record_looks_from = Some(now);
-                    self.record_confirm_at = next_look(now, now);
+                    self.record_confirm_at = next_look(now, now, look_stagger(&self.node));
                 }
                 return;
             }
@@ -260,13 +274,22 @@ impl Watchdog {
 
     fn back_off_record(&mut self, now: Instant) {
         self.record_failures = self.record_failures.saturating_add(1);
-        self.record_retry_at = Some(now + retry_after(self.record_failures));
+        self.record_retry_at = Some(now + retry_after(self.record_failures) + look_stagger(&self.node));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nodes_of_a_job_look_at_different_moments() {
+        let staggers: std::collections::BTreeSet<Duration> =
+            (1..=16).map(|n| look_stagger(&format!("n{n}"))).collect();
+        assert!(staggers.len() >= 10, "{staggers:?}");
+        assert!(staggers.iter().all(|s| *s < Duration::from_secs(2)));
+        assert_eq!(look_stagger("n1"), look_stagger("n1"));
+    }
 
     #[test]
     fn failed_updates_are_retried_ever_later() {

@@ -813,9 +813,10 @@ fn a_multi_node_jobs_entry_stays_for_the_final_write_until_it_has_settled() {
         assert_eq!(slurm.calls, ["comment"], "{:?}", lines.lines);
         kept
     };
-    // Written at 0 s, looked for at 3 s and 15 s: the file goes with the last look.
+    // Written at 0 s, looked for at 3 s and 15 s (and this node's stagger, under 2 s): the file
+    // goes with the last look.
     assert_eq!(
-        record_file_at(true, &[0, 2, 3, 14, 15, 30]),
+        record_file_at(true, &[0, 2, 3, 14, 17, 30]),
         [true, true, true, true, false, false]
     );
     // A single-node job's write has no other writer to lose it to.
