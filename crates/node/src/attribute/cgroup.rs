@@ -497,6 +497,46 @@ mod tests {
         assert_eq!(membership(&format!("{scope}/system\n")), Membership::NoJob);
     }
 
+    /// The lines of Debian's 26.05.5 seen live in the v2 lab's VM (2026-12-07) with
+    /// `CgroupSlice=slurm.slice`: the job's directory is its SLUID, the scope Debian's
+    /// `<node>_slurmstepd.scope` in that slice, and slurmd (started without systemd's
+    /// INVOCATION_ID) in the scope's `slurmd/`, with the watchdog the prolog starts.
+    #[test]
+    fn lines_as_slurm_26_05_made_them_live_on_cgroup_v2() {
+        use Step::*;
+        let sluid = "sFN5M98G976T00";
+        let scope = "0::/slurm.slice/v2lab_slurmstepd.scope";
+        let cases = [
+            ("step_batch/user/task_0", Some(Batch)),
+            ("step_0/user/task_0", Some(Numbered(0))),
+            ("step_batch/user/task_special", Some(Batch)),
+            ("step_extern/slurm", Some(Extern)),
+            ("step_0/slurm", Some(Numbered(0))),
+        ];
+        for (below, step) in cases {
+            let text = format!("{scope}/{sluid}/{below}\n");
+            let want = Membership::Job {
+                job: JobKey::Sluid(Sluid::parse(sluid).unwrap()),
+                step,
+            };
+            assert_eq!(membership(&text), want, "{text}");
+            let line = lines(&text).next().unwrap();
+            let cgroup = slurm_cgroup(&line).unwrap();
+            assert_eq!(cgroup.shape, Level::Slurm, "{text}");
+            assert_eq!(
+                cgroup.job_path,
+                format!("/slurm.slice/v2lab_slurmstepd.scope/{sluid}")
+            );
+        }
+        for theirs in ["slurmd", "system"] {
+            assert_eq!(
+                membership(&format!("{scope}/{theirs}\n")),
+                Membership::NoJob,
+                "{theirs}"
+            );
+        }
+    }
+
     #[test]
     fn levels_by_shape() {
         use Level::*;
