@@ -188,3 +188,47 @@ def test_ranks_without_any_budget_train_as_one(tmp_path):
     assert_one_training(results, world, schedule)
     assert all(r["decisions"] == [] for r in results)
 
+
+
+# --- the restart-based adapters' agreement ------------------------------------------------------------------
+
+def _observer_rank_main(rank, world, rendezvous, out_dir, limits):
+    """One rank of a framework's loop as the restart-based adapters see it: a real micro-step measured
+    by StepObserver, which plans the next step; then DeepSpeed's config for the restart."""
+    from gpu_mem_quota import GeometryFile
+    from gpu_mem_quota._restart import StepObserver
+    from gpu_mem_quota.deepspeed import config_with_geometry
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=DEADLINE_S))
+    model, optimizer = setup()
+    budget = MemoryBudget(UNLIMITED, model, optimizer)
+    controller = BatchController(BatchGeometry(EFFECTIVE, 1), ControllerConfig(budget_bytes=limits[rank]),
+                                 log=lambda _: None)
+    geometry_file = GeometryFile(Path(out_dir) / "geometry.json")  # one file for every rank
+    observer = StepObserver(controller, budget, geometry_file, sequence_length=lambda step: 32)
+    with budget:
+        observer.begin()
+        next_token_loss(model)(batch(EFFECTIVE, 32, rank)).backward()
+        restart = observer.end(0)
+    dist.barrier()
+    config = config_with_geometry({"train_batch_size": 0}, controller, world, agreement=RankAgreement())
+    torch.save({"restart": restart, "geometry": (controller.geometry.micro, controller.geometry.accum),
+                "saved": geometry_file.load(), "config": config}, Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_the_restart_based_adapters_restart_every_rank_at_one_geometry(tmp_path):
+    world = 2
+    limits = [None, (peak_at(2, 32) + peak_at(4, 32)) // 2]  # rank 1 plans micro-batch 2, rank 0 keeps 8
+    out = tmp_path / "out"
+    out.mkdir()
+    mp.start_processes(_observer_rank_main, args=(world, tmp_path / "rendezvous", str(out), limits),
+                       nprocs=world, join=True, start_method="spawn")
+    results = [torch.load(out / f"rank{rank}.pt", weights_only=False) for rank in range(world)]
+    assert all(r["restart"] for r in results)  # rank 0 restarts too, though its own plan was unchanged
+    assert all(r["geometry"] == (2, 4) for r in results), results
+    assert results[0]["saved"] == (BatchGeometry(2, 4), False)
+    assert all(r["config"] == {"train_batch_size": EFFECTIVE * world, "train_micro_batch_size_per_gpu": 2,
+                               "gradient_accumulation_steps": 4} for r in results)

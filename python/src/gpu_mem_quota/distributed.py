@@ -108,6 +108,13 @@ class RankAgreement:
                 parameter.grad.div_(self.world_size)
 
 
+def rank_agreement(group: Optional[Any] = None) -> Optional[RankAgreement]:
+    """An agreement over the process group when one of more than one rank is up; None otherwise."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size(group) > 1:
+        return RankAgreement(group)
+    return None
+
+
 def proposal_of(controller: BatchController, out_of_memory: bool = False, exhausted: bool = False) -> Proposal:
     return Proposal(controller.geometry.micro, controller.activation_checkpointing, out_of_memory, exhausted)
 
