@@ -1404,7 +1404,11 @@ fn a_data_parallel_pytorch_job_on_two_nodes_runs_one_geometry_on_every_rank() {
             .map(|c| c.trim().to_string())
     };
     assert!(checksum(&first).is_some(), "{out}");
-    assert_eq!(checksum(&first), checksum(&second), "the ranks trained apart: {out}");
+    assert_eq!(
+        checksum(&first),
+        checksum(&second),
+        "the ranks trained apart: {out}"
+    );
     // Each node of the job had its watchdog, and none found the job over its quota.
     let hosts = admin("scontrol", &["show", "hostnames", &job_field(job, "NodeList")]);
     let job_nodes: Vec<&str> = hosts.lines().map(str::trim).collect();
