@@ -1,7 +1,8 @@
 //! Multi-node jobs (issue 25), on the multi-node lab (`NODES=3 slurm/dev-cluster test`; slurm/lab-nodes):
 //! a watchdog on each node of the job, the quota on every node, one node over its quota acting
 //! alone for the whole job, the merged record, a node whose NodeName is not its host name, and a
-//! node whose slurmd dies under a running job.
+//! node whose slurmd dies under a running job; a data-parallel PyTorch job whose ranks agree on one
+//! geometry per step (issue 45: this machine's Slurm only, whose nodes see the venv with torch).
 //! On a one-node lab each test says it is skipped and passes.
 
 use std::path::Path;
