@@ -15,6 +15,12 @@ torch.cuda.OutOfMemoryError past SIZE as the device would:
 
 On the dev cluster's fake GPUs, --fake-gpu also shows what the budget's allocator holds as the job's
 GPU memory, so the watchdog measures it (tests/e2e/torch_job.rs).
+
+Data-parallel: under `srun` with several tasks, --ddp INIT_METHOD (`tcp://HOST:PORT`, or `file://PATH`
+on a file system every node sees) joins the tasks (rank SLURM_PROCID of SLURM_NTASKS) into a gloo
+process group, wraps the model in DistributedDataParallel, trains each rank on its slice of the global
+batch, and makes the ranks agree on one geometry per step (gpu_mem_quota.distributed); each rank keeps
+its own checkpoint (PATH.rankN) and prints its parameters' checksum at the end (tests/e2e/nodes.rs).
 """
 
 import argparse
@@ -29,6 +35,7 @@ from torch import nn
 from gpu_mem_quota import (BatchController, BatchGeometry, RequeueCheckpoint, StatusWatcher, TelemetryWriter,
                            status_file_path)
 from gpu_mem_quota.controller import log_to_stderr
+from gpu_mem_quota.distributed import RankAgreement
 from gpu_mem_quota.pytorch import AdaptiveBatchRunner, Checkpointed, CudaMemory
 from gpu_mem_quota.testing import MemoryBudget, fake_gpu_claim_file
 
@@ -82,10 +89,19 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path,
                         default=Path(os.environ.get("TRAIN_CHECKPOINT_DIR", ".")) / "train-torch.pt",
                         help="where progress survives a requeue ($TRAIN_CHECKPOINT_DIR/train-torch.pt)")
+    parser.add_argument("--ddp", metavar="INIT_METHOD", default=None,
+                        help="join the srun tasks into one data-parallel run (gloo): tcp://HOST:PORT or "
+                             "file://PATH; rank and size from SLURM_PROCID and SLURM_NTASKS")
     args = parser.parse_args()
 
     device = torch.device("cpu" if args.simulate_budget else "cuda")
-    torch.manual_seed(0)
+    rank, world = 0, 1
+    if args.ddp:
+        rank, world = int(os.environ.get("SLURM_PROCID", "0")), int(os.environ.get("SLURM_NTASKS", "1"))
+        torch.distributed.init_process_group("gloo", init_method=args.ddp, rank=rank, world_size=world)
+        torch.set_num_threads(1)  # a rank per core: more threads each only fight over the cores
+        args.checkpoint = args.checkpoint.with_name(f"{args.checkpoint.name}.rank{rank}")
+    torch.manual_seed(0)  # the same start on every rank
     model = SmallLM(args.width, args.blocks).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
 
@@ -113,8 +129,18 @@ def main() -> None:
         logits = model(tokens[:, :-1])
         return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
-    runner = AdaptiveBatchRunner(model, optimizer, loss_of, controller, memory=memory,
-                                 status=StatusWatcher(status_file_path(), log_to_stderr), telemetry=TelemetryWriter())
+    trained = model
+    if args.ddp:
+        trained = torch.nn.parallel.DistributedDataParallel(model)
+        ddp_model = trained
+
+        def loss_of(tokens: torch.Tensor) -> torch.Tensor:  # noqa: F811 - through the DDP wrapper
+            logits = ddp_model(tokens[:, :-1])
+            return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+
+    runner = AdaptiveBatchRunner(trained, optimizer, loss_of, controller, memory=memory,
+                                 status=StatusWatcher(status_file_path(), log_to_stderr), telemetry=TelemetryWriter(),
+                                 agreement=RankAgreement() if args.ddp else None)
 
     def progress(step: int) -> dict:
         return {"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -125,7 +151,12 @@ def main() -> None:
     with memory if isinstance(memory, MemoryBudget) else contextlib.nullcontext():
         for step in range(first_step, args.steps):
             seq_len = args.seq_from + (args.seq_to - args.seq_from) * step // max(1, args.steps - 1)
-            tokens = torch.randint(0, VOCAB, (args.batch.effective, seq_len + 1), device=device)
+            if args.ddp:  # this rank's slice of the step's global batch
+                generator = torch.Generator().manual_seed(step)
+                tokens = torch.randint(0, VOCAB, (args.batch.effective * world, seq_len + 1), generator=generator)
+                tokens = tokens[rank * args.batch.effective:(rank + 1) * args.batch.effective].to(device)
+            else:
+                tokens = torch.randint(0, VOCAB, (args.batch.effective, seq_len + 1), device=device)
             started = time.monotonic()
             loss = runner.step([tokens], seq_len=seq_len)
             time.sleep(max(0.0, args.step_seconds - (time.monotonic() - started)))
@@ -136,6 +167,10 @@ def main() -> None:
     geometry = controller.geometry
     log_to_stderr(f"done: {args.steps} steps, last loss {loss:.3f}, at {geometry}"
                   + (", activation checkpointing" if controller.activation_checkpointing else ""))
+    if args.ddp:
+        checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
+        log_to_stderr(f"rank {rank} of {world}: parameters checksum {checksum:.12e}")
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! Multi-node jobs (issue 25), on the multi-node lab (`NODES=3 slurm/dev-cluster test`; slurm/lab-nodes):
 //! a watchdog on each node of the job, the quota on every node, one node over its quota acting
 //! alone for the whole job, the merged record, a node whose NodeName is not its host name, and a
-//! node whose slurmd dies under a running job.
+//! node whose slurmd dies under a running job; a data-parallel PyTorch job whose ranks agree on one
+//! geometry per step (issue 45: this machine's Slurm only, whose nodes see the venv with torch).
 //! On a one-node lab each test says it is skipped and passes.
 
 use std::path::Path;
@@ -1305,4 +1306,121 @@ fn a_restart_on_the_node_whose_slurmd_returns_leaves_nothing_behind() {
             (false, false) => "not watched on both nodes".to_string(),
         }
     );
+}
+
+/// A data-parallel PyTorch job on two nodes under its quota (issue 45): examples/train_torch.py with
+/// `--ddp`, one rank per node joined by torch.distributed (gloo, over the lab's network), each training
+/// on the CPU against a memory budget that raises the real `torch.cuda.OutOfMemoryError` and shows
+/// what it holds on that node's fake GPU. The second rank's budget is the tighter (2500K of its 3M
+/// quota, as if a neighbour held the rest): it shrinks further and turns checkpointing on first, and
+/// the first rank follows at the same step (`agreed`). Both ranks take every step at one geometry,
+/// nobody hangs on an OOM, the job ends COMPLETED without a requeue with the same parameters on both
+/// ranks, and each node's watchdog watched its GPU and never found the job over its quota there.
+#[test]
+#[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
+fn a_data_parallel_pytorch_job_on_two_nodes_runs_one_geometry_on_every_rank() {
+    let Some(nodes) = lab_nodes(2) else { return };
+    if slurm_root().is_some() {
+        eprintln!("skipped: the jobs of a chrooted lab run the root's Python, which has no torch");
+        return;
+    }
+    let Some(python) = crate::torch_job::venv_python() else {
+        return;
+    };
+    fresh_node_gpus(&nodes);
+    let _policy = install_policy(&policy("action = \"requeue\"\nmax_requeues = 1\n"));
+    let dir = user_dir("nodes-ddp");
+    let example = crate::torch_job::copy_torch_example(&dir);
+    // GLOO_SOCKET_IFNAME: each rank's address is its node's eth0 on the lab's bridge, whatever its
+    // host name resolves to.
+    let task = task_script(
+        &dir,
+        &format!(
+            "budget=3M; [ \"$SLURM_PROCID\" = 1 ] && budget=2500K\n\
+             export GLOO_SOCKET_IFNAME=eth0\n\
+             exec {python} {example} --batch 8x4 --steps 12 --seq-from 64 --seq-to 192 \
+             --simulate-budget $budget --fake-gpu --step-seconds 0.5 --ddp file://{} --checkpoint {}",
+            dir.join("rendezvous").display(),
+            dir.join("train-torch.pt").display()
+        ),
+    );
+    let chdir = dir.display().to_string();
+    let job = sbatch(
+        &dir,
+        &[
+            "-N2",
+            "--ntasks-per-node=1",
+            "--gres=gpu:1",
+            "--gpu-mem-quota=3M",
+            "--gpu-mem-batch=8x4",
+            "--chdir",
+            &chdir,
+        ],
+        &format!("srun --label {task}"),
+    );
+    let _cancel = Cancel(vec![job]);
+    let ended = wait_until(Duration::from_secs(240), || {
+        !matches!(
+            job_field(job, "JobState").as_str(),
+            "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | ""
+        )
+    });
+    let out = output_of(&dir, job);
+    let log = watchdog_lines(job);
+    assert!(ended, "job {job} did not end: {out}");
+    assert_eq!(job_field(job, "JobState"), "COMPLETED", "{out} {log:#?}");
+    assert_eq!(job_field(job, "Restarts"), "0", "{out}");
+    // `srun --label`: each rank's lines start with its rank.
+    let of_rank = |rank: u32| -> Vec<String> {
+        let label = format!("{rank}: ");
+        out.lines()
+            .filter_map(|l| l.trim_start().strip_prefix(&label))
+            .map(str::to_string)
+            .collect()
+    };
+    let (first, second) = (of_rank(0), of_rank(1));
+    let finished = |lines: &[String]| {
+        lines
+            .iter()
+            .find_map(|l| l.split("done: 12 steps, ").nth(1))
+            .and_then(|rest| rest.split(" at ").nth(1))
+            .map(str::to_string)
+    };
+    assert!(finished(&first).is_some(), "rank 0 did not finish: {out}");
+    assert_eq!(finished(&first), finished(&second), "{out}");
+    assert!(
+        second
+            .iter()
+            .any(|l| l.contains(": shrink ") || l.contains(": checkpointing-on ")),
+        "rank 1 never decided by itself: {out}"
+    );
+    assert!(
+        first.iter().any(|l| l.contains(": agreed ")),
+        "rank 0 never followed rank 1: {out}"
+    );
+    let checksum = |lines: &[String]| {
+        lines
+            .iter()
+            .find_map(|l| l.split("parameters checksum ").nth(1))
+            .map(|c| c.trim().to_string())
+    };
+    assert!(checksum(&first).is_some(), "{out}");
+    assert_eq!(
+        checksum(&first),
+        checksum(&second),
+        "the ranks trained apart: {out}"
+    );
+    // Each node of the job had its watchdog, and none found the job over its quota.
+    let hosts = admin("scontrol", &["show", "hostnames", &job_field(job, "NodeList")]);
+    let job_nodes: Vec<&str> = hosts.lines().map(str::trim).collect();
+    assert_eq!(job_nodes.len(), 2, "job {job} on {hosts}");
+    for node in job_nodes {
+        let named = format!("(node {node})");
+        assert!(
+            log.iter()
+                .any(|l| l.contains("watching GPU(s) ") && l.ends_with(&named)),
+            "node {node}: {log:#?}"
+        );
+    }
+    assert!(!log.iter().any(|l| l.contains("over its")), "{log:#?}");
 }

@@ -18,6 +18,12 @@ fn torch_python() -> Option<String> {
         eprintln!("skipped: the jobs of a chrooted or multi-node lab have no Python with torch");
         return None;
     }
+    venv_python()
+}
+
+/// The venv's Python with torch and the package (its path is this machine's, which the nodes of a
+/// multi-node lab on this machine's Slurm share), or `None` (with the reason on stderr).
+pub(crate) fn venv_python() -> Option<String> {
     let python = std::env::var_os("GMQ_TORCH_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/python-venv/bin/python"));
@@ -36,7 +42,7 @@ fn torch_python() -> Option<String> {
 }
 
 /// examples/train_torch.py in the test's directory; its path.
-fn copy_torch_example(dir: &Path) -> String {
+pub(crate) fn copy_torch_example(dir: &Path) -> String {
     let example = dir.join("train_torch.py");
     std::fs::copy(
         concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/train_torch.py"),

@@ -1,13 +1,21 @@
 """What the restart-based adapters share: measure each step, plan the next, and say when the framework
-must checkpoint and restart because the micro-batch it was built with is no longer the right one."""
+must checkpoint and restart because the micro-batch it was built with is no longer the right one.
+
+Under torch.distributed (a process group of several ranks up when a step ends) the ranks agree at
+every step's end (`gpu_mem_quota.distributed`): all of them restart, at the most conservative
+geometry, or none. The frameworks call the callbacks on every rank at the same steps.
+An OOM inside the framework's step cannot be agreed on: the other ranks may be waiting in one of its
+collectives. That rank leaves its smaller geometry in the geometry file, so give every rank the same
+geometry file (a path they all see): the restart then starts every rank from it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Optional
 
 from .checkpoint import GeometryFile
 from .controller import BatchController
+from .distributed import RankAgreement, follow, proposal_of, rank_agreement
 from .model import MicroStepMemory
 from .pytorch import MemorySource
 
@@ -21,6 +29,8 @@ class StepObserver:
         self.sequence_length = sequence_length  # optimizer step -> the tokens per sample it trains on
         self.running = (controller.geometry, controller.activation_checkpointing)  # what the framework was built with
         self._baseline = 0
+        self._agreement: Optional[RankAgreement] = None
+        self._agreement_known = False  # the framework sets up its process group after the callbacks are made
 
     def begin(self) -> None:
         self._baseline = self.memory.begin_micro_step()
@@ -32,8 +42,16 @@ class StepObserver:
         micro = self.running[0].micro
         self.controller.record_micro_step(
             MicroStepMemory(self.sequence_length(step), micro, self._baseline, allocated, reserved))
-        planned = (self.controller.plan_step(self.sequence_length(step + 1)), self.controller.activation_checkpointing)
-        return self._changed(planned)
+        geometry = self.controller.plan_step(self.sequence_length(step + 1))
+        agreement = self._ranks()
+        if agreement is not None:
+            geometry = follow(self.controller, agreement.agree(proposal_of(self.controller)), agreement.rank)
+        return self._changed((geometry, self.controller.activation_checkpointing))
+
+    def _ranks(self) -> Optional[RankAgreement]:
+        if not self._agreement_known:
+            self._agreement, self._agreement_known = rank_agreement(), True
+        return self._agreement
 
     def on_oom(self, step: int) -> None:
         """The framework's step ran out of memory and the run is ending: leave the smaller geometry behind."""

@@ -53,7 +53,7 @@ class ControllerConfig:
 @dataclass(frozen=True)
 class Decision:
     step: int  # the optimizer step it applies to (0 = before the first)
-    action: str  # start, shrink, grow, oom-retry, watchdog-warning, checkpointing-on, checkpointing-off
+    action: str  # start, shrink, grow, oom-retry, watchdog-warning, checkpointing-on, checkpointing-off, agreed
     before: BatchGeometry
     after: BatchGeometry
     activation_checkpointing: bool  # in force after the decision
@@ -204,6 +204,17 @@ class BatchController:
             target = self.geometry.next_smaller()
         if target is not None:
             self._shrink("watchdog-warning", target, why)
+        return self.geometry
+
+    def follow(self, geometry: BatchGeometry, activation_checkpointing: bool, reason: str) -> BatchGeometry:
+        """Run what the ranks of a data-parallel job agreed (`gpu_mem_quota.distributed`) instead of what
+        this process proposed; one `agreed` decision when they differ."""
+        if geometry.effective != self.geometry.effective:
+            raise ValueError(f"agreed {geometry} and running {self.geometry} have different effective batches")
+        if (geometry, activation_checkpointing) != (self.geometry, self.activation_checkpointing):
+            self._calm_steps = 0
+            before, self.geometry, self.activation_checkpointing = self.geometry, geometry, activation_checkpointing
+            self._decide("agreed", before, reason)
         return self.geometry
 
     # --- the decisions ----------------------------------------------------------------------------------

@@ -12,14 +12,21 @@ Face model's `gradient_checkpointing_enable`), from `controller.activation_check
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from .controller import BatchController
 
 
-def config_with_geometry(config: Dict[str, Any], controller: BatchController, world_size: int) -> Dict[str, Any]:
+def config_with_geometry(config: Dict[str, Any], controller: BatchController, world_size: int,
+                         agreement: Optional[Any] = None) -> Dict[str, Any]:
     """A copy of a DeepSpeed config with the three batch values consistent with the controller
-    (DeepSpeed refuses train_batch_size != micro x accumulation x data-parallel size)."""
+    (DeepSpeed refuses train_batch_size != micro x accumulation x data-parallel size). With an
+    `agreement` (`gpu_mem_quota.distributed.RankAgreement`, after `deepspeed.init_distributed()`), the
+    ranks first agree on the most conservative geometry: every rank's engine gets the same micro-batch."""
+    if agreement is not None:
+        from .distributed import follow, proposal_of  # torch: only where ranks are agreed on
+
+        follow(controller, agreement.agree(proposal_of(controller)), agreement.rank)
     geometry = controller.geometry
     updated = dict(config)
     updated["train_micro_batch_size_per_gpu"] = geometry.micro

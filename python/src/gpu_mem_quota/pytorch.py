@@ -7,19 +7,25 @@
 Everything works mid-run here: the batch is split into micro-batches inside the step, so a new
 micro-batch takes effect at the next step, and an out-of-memory micro-step is retried, with the whole
 batch, at a smaller one before the optimizer steps: no step is lost and none is taken twice.
+
+Under `torch.distributed`, pass `agreement=RankAgreement()` (`gpu_mem_quota.distributed`): every rank
+then runs the same geometry at every step and retries together when any rank runs out of memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import replace
-from typing import Callable, Optional, Protocol, Sequence, Tuple
+from typing import Callable, ContextManager, Optional, Protocol, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint
 
 from .controller import BatchController
+from .distributed import RankAgreement, follow, proposal_of
 from .model import MicroStepMemory
 from .node import StatusWatcher
 from .telemetry import AllocatorSnapshot, TelemetryWriter
@@ -110,10 +116,12 @@ class AdaptiveBatchRunner:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer,
                  loss_of: Callable[..., torch.Tensor], controller: BatchController,
                  memory: Optional[MemorySource] = None, status: Optional[StatusWatcher] = None,
-                 telemetry: Optional[TelemetryWriter] = None) -> None:
+                 telemetry: Optional[TelemetryWriter] = None, agreement: Optional[RankAgreement] = None) -> None:
         """`loss_of(*chunk)` is the mean loss over one micro-batch (slices of the batch's tensors).
-        Without a way to switch checkpointing in `model`, the controller is told not to ask for it."""
+        Without a way to switch checkpointing in `model`, the controller is told not to ask for it.
+        With an `agreement`, every rank of its group must call `step` once per optimizer step."""
         self.model, self.optimizer, self.loss_of = model, optimizer, loss_of
+        self.agreement = agreement
         self.controller = controller
         self.memory = memory or CudaMemory()
         self.status, self.telemetry = status, telemetry
@@ -132,27 +140,62 @@ class AdaptiveBatchRunner:
         if warning is not None:
             self.controller.on_watchdog_warning(warning)
         geometry = self.controller.plan_step(seq_len)
+        if self.agreement is not None:
+            agreed = self.agreement.agree(proposal_of(self.controller))
+            geometry = follow(self.controller, agreed, self.agreement.rank)
         while True:
             self._apply_checkpointing()
+            message = None
             try:
-                loss = self._accumulate(batch, geometry.micro, seq_len)
-                break
+                with self._local_gradients():
+                    loss = self._accumulate(batch, geometry.micro, seq_len)
             except torch.cuda.OutOfMemoryError as error:
                 message = str(error)
-            # Outside the except clause, so that the traceback's frames (and their tensors) are gone.
-            self.optimizer.zero_grad(set_to_none=True)
-            gc.collect()
-            self.memory.release_cached()
-            retry = self.controller.on_oom(seq_len)
-            if retry is None:
-                raise torch.cuda.OutOfMemoryError(message)
-            geometry = retry
+            retry = None
+            if message is not None:
+                # Outside the except clause, so that the traceback's frames (and their tensors) are gone.
+                self._drop_gradients()
+                retry = self.controller.on_oom(seq_len)
+            if self.agreement is None:
+                if message is None:
+                    break
+                if retry is None:
+                    raise torch.cuda.OutOfMemoryError(message)
+                geometry = retry
+                continue
+            # The ranks meet here after every attempt, OOM or not, and none is in a collective yet.
+            agreed = self.agreement.agree(proposal_of(self.controller, out_of_memory=message is not None,
+                                                      exhausted=message is not None and retry is None))
+            if agreed.give_up:
+                raise torch.cuda.OutOfMemoryError(
+                    message or f"rank {self.agreement.rank}: another rank ran out of memory at micro-batch 1 "
+                               "with nothing smaller left; every rank ends the run")
+            geometry = follow(self.controller, agreed, self.agreement.rank)
+            if not agreed.retry:
+                break
+            if message is None:
+                self._drop_gradients()  # another rank failed: this rank does the same batch again too
+        if self.agreement is not None and isinstance(self.model, DistributedDataParallel):
+            self.agreement.average_gradients(self.model)
         self.optimizer.step()
         self.controller.record_optimizer_step(self.memory.allocated())
         self.optimizer.zero_grad(set_to_none=True)
         if self.telemetry is not None:
             self.telemetry.write(self.memory.snapshot(), self.controller)
         return loss
+
+    def _drop_gradients(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        self.memory.release_cached()
+
+    def _local_gradients(self) -> ContextManager[object]:
+        """With an agreement, DDP's gradient all-reduce must not run inside a backward pass that another
+        rank may never reach (its OOM): every micro-step runs under `no_sync`, and the runner averages
+        the gradients after the ranks agreed."""
+        if self.agreement is not None and isinstance(self.model, DistributedDataParallel):
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def _accumulate(self, batch: Sequence[torch.Tensor], micro: int, seq_len: int) -> float:
         size = len(batch[0])
