@@ -125,7 +125,7 @@ def test_predicted_micro_one_overflow_turns_checkpointing_on():
     train(controller, 512)  # 10G + 4 x 2G = 18G
     train(controller, 4096)  # 10G + 1 x 16G = 26G even at micro-batch 1
     assert controller.geometry == BatchGeometry(1, 4) and controller.activation_checkpointing
-    assert [line.split()[2] for line in lines] == ["shrink", "checkpointing-on"]
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["shrink", "checkpointing-on"]
 
 
 def test_it_grows_back_only_after_a_calm_stretch():
@@ -182,4 +182,4 @@ def test_checkpointing_goes_off_first_when_headroom_returns():
     assert not controller.activation_checkpointing and controller.geometry == BatchGeometry(1, 4)
     train(controller, 512, steps=2)
     assert controller.geometry == BatchGeometry(2, 2)
-    assert [line.split()[2] for line in lines] == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]
