@@ -346,6 +346,8 @@ class Bench:
             return self.declared.largest_micro_at_most(micro // 2).micro if micro > 1 else None
 
         baseline_micro = self.largest_static_that_fits()
+        # Once untimed: the first run of a process pays for warming up (allocator, thread pools, caches).
+        self.run_static("warm-up", baseline_micro, dies)
         return [self.run_static(f"static {baseline_micro} (largest that fits)", baseline_micro, dies),
                 self.run_static(f"static {self.declared.micro} (declared)", self.declared.micro, dies),
                 self.run_static("halving on OOM", self.declared.micro, halves),
