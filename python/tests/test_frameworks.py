@@ -1,5 +1,6 @@
 """The Lightning and Hugging Face callbacks on the tiny model, where those frameworks are installed:
-a step that runs out of memory leaves a smaller geometry behind, and the restart trains at it."""
+a step that runs out of memory leaves a smaller geometry behind, and the restart trains at it; a
+Lightning run resumed mid-epoch at a smaller micro-batch keeps every step's batch exact."""
 
 import pytest
 
