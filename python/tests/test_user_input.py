@@ -139,3 +139,15 @@ def test_the_test_budget_does_not_change_gradients():
 
     for with_budget, without in zip(gradients(True), gradients(False)):
         assert torch.equal(with_budget, without)
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe", b"[" * 100_000 + b"]" * 100_000])
+def test_a_broken_geometry_file_or_json_checkpoint_is_one_error_naming_it(tmp_path, content):
+    from gpu_mem_quota import GeometryFile, RequeueCheckpoint
+
+    path = tmp_path / "broken.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match="broken.json: not a geometry file"):
+        GeometryFile(path).load()
+    with pytest.raises(ValueError, match="broken.json: not a JSON checkpoint"):
+        RequeueCheckpoint(path).load()
