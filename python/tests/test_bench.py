@@ -45,3 +45,24 @@ def test_the_real_torch_schedule_runs_on_the_cpu_budget(tmp_path):
     assert static_declared["restarts"] > 0
     assert halving["ooms"] > 0 and halving["restarts"] == 0
     assert baseline["ooms"] == 0
+
+
+def test_the_guides_scenario_on_the_cpu_budget_has_no_oom_with_attention_quadratic(tmp_path):
+    """The guide's scenario (--schedule guide --model decoder), shrunk for the CPU budget: the controller
+    predicts the break at the declared micro-batch (memory in micro x seq²) and runs out of memory never;
+    every optimizer step of every run trains on the whole effective batch."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+
+    script = Path(__file__).parent.parent / "bench" / "torch_schedule.py"
+    out = subprocess.run([sys.executable, str(script), "--cpu", "--schedule", "guide", "--model", "decoder",
+                          "--seq-from", "16", "--seq-step", "4", "--break-at", "40", "--batch", "8x4",
+                          "--steps", "10", "--width", "16", "--heads", "2", "--blocks", "1", "--vocab", "64",
+                          "--json"], check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+    baseline, static_declared, halving, controller = json.loads(out)["results"]
+    assert (controller["ooms"], controller["lost_steps"], controller["restarts"]) == (0, 0, 0)
+    assert static_declared["fatal_ooms"] > 0 and static_declared["lost_steps"] > 0
+    assert halving["ooms"] > 0 and halving["fatal_ooms"] == 0
+    for run in (baseline, static_declared, halving, controller):
+        assert run["min_step_samples"] == run["max_step_samples"] == 32

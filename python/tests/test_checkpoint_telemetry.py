@@ -58,7 +58,7 @@ def test_telemetry_is_marked_job_reported_with_the_controller_state(tmp_path):
     assert document["source"] == "job-reported" and document["job_id"] == 12
     assert document["allocator"]["fragmentation"] == 0.25 and document["allocator"]["num_ooms"] == 1
     assert document["controller"]["micro_batch"] == 4 and document["controller"]["effective_batch"] == 64
-    assert document["controller"]["last_decision"].startswith("step 0: oom-retry 8x8 -> 4x16")
+    assert document["controller"]["last_decision"].startswith("step 0 of this process: oom-retry 8x8 -> 4x16")
 
 
 def test_the_default_telemetry_file_is_per_job_and_task(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """The Lightning and Hugging Face callbacks on the tiny model, where those frameworks are installed:
-a step that runs out of memory leaves a smaller geometry behind, and the restart trains at it."""
+a step that runs out of memory leaves a smaller geometry behind, and the restart trains at it; a
+Lightning run resumed mid-epoch at a smaller micro-batch keeps every step's batch exact."""
 
 import pytest
 
@@ -111,3 +112,86 @@ def test_hugging_face_oom_leaves_a_smaller_geometry_and_the_restart_uses_it(tmp_
     assert GeometryFile(tmp_path / "geometry.json").load() == (BatchGeometry(4, 4), False)
     trainer, _ = run()
     assert trainer.state.global_step == 3 and trainer.args.per_device_train_batch_size == 4
+
+
+RESUME_SAMPLES, RESUME_STEPS, RESUME_DECLARED = 128, 10, BatchGeometry(8, 4)  # 4 steps an epoch
+
+
+# Lightning takes only a loader with state_dict for resumable; StepBatchSampler and ResumeAtStep are what
+# resumes this one, as the test shows.
+@pytest.mark.filterwarnings("ignore:You're resuming from a checkpoint that ended before the epoch ended")
+def test_lightning_resumes_mid_epoch_at_a_smaller_micro_batch_with_the_batch_exact(tmp_path):
+    """The guide's promise across a restart: a predicted shrink after step 3 (of 4 an epoch) checkpoints
+    and stops; the restart at 4x8 trains the same samples in every step, 32 each, as a run that never
+    stopped, and ends where it ends."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from gpu_mem_quota.lightning import QuotaBatchCallback, ResumeAtStep, starting_values
+    from gpu_mem_quota.resume import StepBatchSampler
+
+    data = batch(RESUME_SAMPLES, 16, step=0)
+    schedule = lambda step: 16 if step < 3 else 32  # noqa: E731 - the steps after the third are twice as long
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model, self.optimizer = setup()
+            self.loss_of = next_token_loss(self.model)
+            self.samples, self.in_step = [], 0
+
+        def training_step(self, tokens_batch, batch_idx):
+            self.in_step += len(tokens_batch)
+            return self.loss_of(tokens_batch)
+
+        def on_before_optimizer_step(self, optimizer):
+            self.samples.append(self.in_step)
+            self.in_step = 0
+
+        def configure_optimizers(self):
+            return self.optimizer
+
+    # The capacity: micro-batch 8 fits the first steps and not the longer ones; 4 fits those.
+    model, optimizer = setup()
+    budget = MemoryBudget(1 << 40, model, optimizer)
+    with budget:
+        next_token_loss(model)(data[:1]).backward()
+        baseline = budget.begin_micro_step()
+        next_token_loss(model)(data[:8]).backward()
+    per_sample = (budget.peak()[0] - baseline) / 8
+    capacity = int(baseline + 12 * per_sample)
+
+    def run(ckpt_path=None, steps_done=0):
+        geometry_file = GeometryFile(tmp_path / "geometry.json")
+        resumed = geometry_file.load()
+        controller = BatchController(RESUME_DECLARED, ControllerConfig(budget_bytes=capacity),
+                                     start=resumed[0] if resumed else None, log=lambda _: None)
+        values = starting_values(controller)
+        module = Module()
+        memory = MemoryBudget(1 << 40, module.model, module.optimizer)
+        sampler = StepBatchSampler(RESUME_SAMPLES, values["batch_size"], RESUME_DECLARED.effective, steps_done, seed=5)
+        callbacks = [QuotaBatchCallback(controller, tmp_path / "last.ckpt", geometry_file, schedule, memory),
+                     ResumeAtStep(sampler)]
+        trainer = pl.Trainer(accelerator="cpu", max_steps=RESUME_STEPS,
+                             accumulate_grad_batches=values["accumulate_grad_batches"], callbacks=callbacks,
+                             logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                             enable_model_summary=False)
+        with memory:
+            trainer.fit(module, torch.utils.data.DataLoader(data, batch_sampler=sampler), ckpt_path=ckpt_path)
+        return module, trainer
+
+    first, trainer = run()
+    assert trainer.global_step == 3 and first.samples == [32, 32, 32]
+    assert GeometryFile(tmp_path / "geometry.json").load() == (BatchGeometry(4, 8), False)
+    steps_done = torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"]
+    second, trainer = run(tmp_path / "last.ckpt", steps_done)
+    assert trainer.global_step == RESUME_STEPS and trainer.accumulate_grad_batches == 8
+    assert second.samples == [32] * (RESUME_STEPS - 3)
+
+    reference, optimizer = setup()
+    order = StepBatchSampler(RESUME_SAMPLES, 32, 32, seed=5)
+    loss_of = next_token_loss(reference)
+    for step, indices in zip(range(RESUME_STEPS), (i for _ in range(3) for i in order)):
+        loss_of(data[indices]).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    for ours, theirs in zip(second.model.parameters(), reference.parameters()):
+        assert torch.allclose(ours, theirs, atol=1e-6), (ours - theirs).abs().max()

@@ -106,7 +106,7 @@ def _dump_json(state: Any, f: BinaryIO) -> None:
 def _load_json(f: BinaryIO) -> Any:
     try:
         return json.loads(f.read())
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested past the interpreter's stack
         raise ValueError(f"{f.name}: not a JSON checkpoint ({error}); one written with pickle loads only "
                          "with allow_pickle=True, which runs the code it holds") from None
 
@@ -133,5 +133,5 @@ class GeometryFile:
                 document["activation_checkpointing"])
         except FileNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{self.path}: not a geometry file: {error}") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as error:
+            raise ValueError(f"{self.path}: not a geometry file: {type(error).__name__}: {error}") from None

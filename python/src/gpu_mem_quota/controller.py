@@ -52,7 +52,7 @@ class ControllerConfig:
 
 @dataclass(frozen=True)
 class Decision:
-    step: int  # the optimizer step it applies to (0 = before the first)
+    step: int  # the optimizer step of this process it applies to (0 = before the first)
     action: str  # start, shrink, grow, oom-retry, watchdog-warning, checkpointing-on, checkpointing-off, agreed
     before: BatchGeometry
     after: BatchGeometry
@@ -61,7 +61,9 @@ class Decision:
 
     def line(self) -> str:
         checkpointing = ", activation checkpointing" if self.activation_checkpointing else ""
-        return f"step {self.step}: {self.action} {self.before} -> {self.after}{checkpointing}: {self.reason}"
+        # Counted from this process's start (0: before its first step), not from the run's: a resumed run
+        # starts again at 1; the checkpoint's own step count is the run's.
+        return f"step {self.step} of this process: {self.action} {self.before} -> {self.after}{checkpointing}: {self.reason}"
 
 
 def starting_geometry(declared: BatchGeometry, hints: Optional[RestartHints] = None,
@@ -114,6 +116,11 @@ class BatchController:
         config = replace(ControllerConfig(memory_budget(quota.bytes if quota else None, device_bytes,
                                                          context_reserve_bytes=context_reserve_bytes)), **overrides)
         controller = cls(declared, config, start, checkpointing, log)
+        if config.budget_bytes == 0:
+            limit = min(b for b in (quota.bytes if quota else None, device_bytes) if b is not None)
+            log(f"warning: a budget of 0 bytes: {format_bytes(limit)} less {SAFETY_MARGIN:.0%} is under the "
+                f"{format_bytes(context_reserve_bytes)} context reserve; every step will shrink to micro-batch 1 "
+                f"(ask for a larger --gpu-mem, or pass a smaller context_reserve_bytes)")
         why = f"from {source}"
         if hints is not None:
             why += f" (restart {hints.restarts} after {hints.last_event}, last peak {format_bytes(hints.last_peak_bytes)})"
@@ -182,7 +189,7 @@ class BatchController:
             self.activation_checkpointing = True
             self._decide("checkpointing-on", failed, f"out of memory at micro-batch 1, seq {seq_len}")
             return self.geometry
-        self._log(f"step {self.step}: out of memory at micro-batch 1, seq {seq_len}, with nothing left to shrink")
+        self._log(f"step {self.step} of this process: out of memory at micro-batch 1, seq {seq_len}, with nothing left to shrink")
         return None
 
     def on_watchdog_warning(self, prediction: Prediction) -> BatchGeometry:

@@ -53,3 +53,26 @@ def starting_values(controller: BatchController) -> dict:
     return {"batch_size": controller.geometry.micro,
             "accumulate_grad_batches": controller.geometry.accum,
             "activation_checkpointing": controller.activation_checkpointing}
+
+
+class ResumeAtStep(pl.Callback):
+    """With a `gpu_mem_quota.resume.StepBatchSampler`, a run resumed mid-epoch at another micro-batch goes on
+    with the next optimizer step's samples, all of them in its first step.
+
+    Lightning counts the position in an epoch in micro-batches of the size the checkpoint was written
+    at, and closes an accumulation cycle where that count is a multiple of the accumulation: after a
+    geometry change its first step took a fraction of a batch. This recounts the position in the new
+    micro-batches from the sampler, which knows how many steps are done."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        epoch_loop = trainer.fit_loop.epoch_loop
+        done = self.sampler.micro_batches_done
+        # The epoch loop's reset, after this hook, counts once more the batch a checkpoint written at a
+        # batch's end was written in (Lightning 2.x), then sets every counter to the completed one.
+        if getattr(epoch_loop, "restarted_on_train_batch_end", False):
+            done -= 1
+        progress = epoch_loop.batch_progress.current
+        progress.ready = progress.started = progress.processed = progress.completed = done

@@ -18,6 +18,8 @@ from .geometry import BatchGeometry
 LAST_EVENTS = ("over-quota", "preempted", "near-oom")
 GPU_STATES = ("ok", "warn", "over-quota")
 STATUS_VERSION = 1
+# The watchdog writes a few KiB for a node of GPUs; anything far larger is not its file.
+MAX_STATUS_BYTES = 1 << 20
 
 
 class NodeInfoError(ValueError):
@@ -129,15 +131,24 @@ def read_status(path: Union[str, Path]) -> Status:
     """Parse the status file (schema version 1). Unknown fields are ignored, as the schema asks."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise StatusFileMissing(f"{path}: no status file (the watchdog writes it after its first sample)") from None
     except OSError as error:
         raise NodeInfoError(f"{path}: cannot read the status file: {error.strerror}") from None
+    if len(data) > MAX_STATUS_BYTES:
+        raise NodeInfoError(f"{path}: {len(data)} bytes; a status file is never over {MAX_STATUS_BYTES}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise NodeInfoError(f"{path}: not UTF-8 (byte {error.start})") from None
     try:
         document = json.loads(text)
-    except ValueError as error:
+    except ValueError as error:  # JSONDecodeError is one
         raise NodeInfoError(f"{path}: not JSON: {error}") from None
+    except RecursionError:
+        # Nesting deeper than the interpreter's stack: the watchdog's document is three levels deep.
+        raise NodeInfoError(f"{path}: JSON nested too deeply to be a status file") from None
     field = _FieldReader(path, document)
     version = field.integer("version")
     if version != STATUS_VERSION:
@@ -181,8 +192,8 @@ class StatusWatcher:
     through `log` and then ignored, so that a loop never stops over advice.
     """
 
-    def __init__(self, path: Optional[Path], log: Callable[[str], None]) -> None:
-        self.path = path
+    def __init__(self, path: Optional[Union[str, Path]], log: Callable[[str], None]) -> None:
+        self.path = None if path is None else Path(path)
         self._log = log
         self._last_seen: Optional[str] = None
         self._last_error: Optional[str] = None
@@ -195,9 +206,10 @@ class StatusWatcher:
         except StatusFileMissing:
             return None
         except NodeInfoError as error:
-            if str(error) != self._last_error:
-                self._last_error = str(error)
-                self._log(f"ignoring the status file: {error}")
+            self._report(str(error))
+            return None
+        except Exception as error:  # noqa: BLE001 - advice never stops a loop, whatever the file holds
+            self._report(f"{self.path}: unreadable ({type(error).__name__}: {error})")
             return None
         if status.updated_at == self._last_seen:
             return None
@@ -208,6 +220,13 @@ class StatusWatcher:
             return Prediction(gpu_index=worst.index, seconds_to_quota=0,
                               suggested_batch_scale=max(0.01, min(0.99, worst.quota_bytes / worst.used_bytes)))
         return status.prediction
+
+
+    def _report(self, error: str) -> None:
+        """Once per distinct error: a loop polling a broken file every step would drown its log."""
+        if error != self._last_error:
+            self._last_error = error
+            self._log(f"ignoring the status file: {error}")
 
 
 class _FieldReader:

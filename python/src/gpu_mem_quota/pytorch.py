@@ -52,6 +52,10 @@ class CudaMemory:
     """The caching allocator of one CUDA device."""
 
     def __init__(self, device: Optional[torch.device] = None) -> None:
+        if not torch.cuda.is_available():
+            raise RuntimeError("CudaMemory: no CUDA device here (torch.cuda.is_available() is False); on a CPU, "
+                               "pass memory=gpu_mem_quota.testing.MemoryBudget(limit_bytes, model, optimizer), "
+                               "the test budget, to AdaptiveBatchRunner")
         self.device = device or torch.device("cuda", torch.cuda.current_device())
 
     def total_bytes(self) -> int:

@@ -13,10 +13,10 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 from ._files import replacing
-from .controller import BatchController
+from .controller import BatchController, log_to_stderr
 
 TELEMETRY_VERSION = 1
 
@@ -46,9 +46,26 @@ def telemetry_path(env: Mapping[str, str] = os.environ) -> Path:
 
 
 class TelemetryWriter:
-    def __init__(self, path: Optional[Path] = None, env: Mapping[str, str] = os.environ) -> None:
-        self.path = path or telemetry_path(env)
+    """`path` (a str or a Path) or `telemetry_path(env)`. A path whose directory does not exist is an error
+    here, at the start, naming where it came from; a write that fails later (a full disk, a directory
+    removed mid-run) is reported once through `log` and the run goes on: telemetry is for people."""
+
+    def __init__(self, path: Optional[Union[str, Path]] = None, env: Mapping[str, str] = os.environ,
+                 log: Callable[[str], None] = log_to_stderr) -> None:
+        if path is not None:
+            origin = "TelemetryWriter(path)"
+            if not isinstance(path, (str, os.PathLike)) or not str(path):
+                raise TypeError(f"{origin}: {path!r} is not a file path (a str or a pathlib.Path)")
+            self.path = Path(path)
+        else:
+            origin = "GPU_MEM_QUOTA_TELEMETRY_FILE" if env.get("GPU_MEM_QUOTA_TELEMETRY_FILE") else "the working directory"
+            self.path = telemetry_path(env)
+        directory = self.path.parent
+        if not directory.is_dir():
+            raise ValueError(f"{origin}={str(self.path)!r}: the directory {str(directory)!r} does not exist")
         self._job_id = env.get("SLURM_JOB_ID")
+        self._log = log
+        self._last_error: Optional[str] = None
 
     def write(self, snapshot: AllocatorSnapshot, controller: Optional[BatchController] = None) -> None:
         document = {
@@ -60,8 +77,14 @@ class TelemetryWriter:
             "allocator": {**asdict(snapshot), "fragmentation": round(snapshot.fragmentation, 4)},
             "controller": None if controller is None else _controller_state(controller),
         }
-        with replacing(self.path) as f:
-            f.write(json.dumps(document, indent=2).encode() + b"\n")
+        try:
+            with replacing(self.path) as f:
+                f.write(json.dumps(document, indent=2).encode() + b"\n")
+        except OSError as error:
+            message = f"cannot write the telemetry file {self.path}: {error.strerror or error}"
+            if message != self._last_error:
+                self._last_error = message
+                self._log(f"{message}; carrying on without it")
 
 
 def _controller_state(controller: BatchController) -> dict:

@@ -117,7 +117,12 @@ class MemoryBudget:
             self.num_ooms += 1
             raise torch.cuda.OutOfMemoryError(
                 f"CUDA out of memory (test budget): tried to hold {need} bytes of {self.limit_bytes}")
-        self._saved[ptr] = (weakref.ref(tensor), storage.nbytes())
+        # The graph keeps a detached alias (same storage, same values, so the same gradients) and the
+        # budget watches that alias. Kept as is, a tensor autograd saves from its own node's output
+        # (an activation's result) points back at that node: a reference cycle, so after a failed
+        # forward its storage outlived the graph until a garbage collection, and stayed counted.
+        saved = tensor.detach()
+        self._saved[ptr] = (weakref.ref(saved), storage.nbytes())
         self._peak = max(self._peak, need)
         self._hold(need)
-        return tensor
+        return saved
