@@ -180,7 +180,8 @@ mod tests {
     /// gzip.compress(...))`), not one of our encoder's.
     #[test]
     fn reads_a_payload_that_python_made() {
-        let python = "JS1:H4sIAO7FFmsC/6tWystPSS1WslKoVsozBFPpBaXxpcWpKfG5qbn5RZVgMQMgaWhgYFALBACcyHxiMwAAAA==";
+        let python =
+            "JS1:H4sIAO7FFmsC/6tWystPSS1WslKoVsozBFPpBaXxpcWpKfG5qbn5RZVgMQMgaWhgYFALBACcyHxiMwAAAA==";
         let Some(Jobstats::Gpus(gpus)) = find(python) else {
             panic!("{:?}", find(python))
         };
@@ -193,7 +194,9 @@ mod tests {
     fn finds_the_summary_beside_other_text_and_orders_gpus_by_number() {
         let json = r#"{"nodes":{"b":{"gpu_used_memory":{"10":3,"9":2}},"a":{"gpu_used_memory":{"0":1}}}}"#;
         let text = format!("ticket=INC1 {} gpu-mem-quota:v1{{}}", js1(json));
-        let Some(Jobstats::Gpus(gpus)) = find(&text) else { panic!() };
+        let Some(Jobstats::Gpus(gpus)) = find(&text) else {
+            panic!()
+        };
         let order: Vec<(&str, &str)> = gpus.iter().map(|g| (g.node.as_str(), g.gpu.as_str())).collect();
         assert_eq!(order, [("a", "0"), ("b", "9"), ("b", "10")]);
     }

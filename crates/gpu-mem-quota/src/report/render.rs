@@ -236,7 +236,10 @@ fn jobstats_line(summary: Option<&Jobstats>) -> Option<String> {
             let each: Vec<String> = gpus
                 .iter()
                 .map(|g| {
-                    let total = g.total_bytes.map(|t| format!(" of {}", human_size(t))).unwrap_or_default();
+                    let total = g
+                        .total_bytes
+                        .map(|t| format!(" of {}", human_size(t)))
+                        .unwrap_or_default();
                     format!("{} GPU {} {}{total}", g.node, g.gpu, human_size(g.used_bytes))
                 })
                 .collect();
