@@ -204,6 +204,8 @@ mod tests {
         assert_eq!(system_comment_with(&lowered, OURS), OURS);
         assert!(holds(&lowered, OURS));
         assert!(!holds("", OURS));
+        // What a reader makes of the lowercased copy: the same record (units read either case).
+        assert_eq!(record::parse(&lowered).unwrap(), record::parse(OURS).unwrap());
     }
 
     #[test]

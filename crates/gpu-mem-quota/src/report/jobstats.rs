@@ -43,9 +43,20 @@ pub enum Jobstats {
 /// starts with `JS1:`. jobstats writes the field whole; a tool (ours included) that kept it and
 /// added text leaves it one token.
 pub fn find(admin_comment: &str) -> Option<Jobstats> {
-    let token = admin_comment
-        .split_whitespace()
-        .find_map(|t| t.strip_prefix(JS1_PREFIX))?;
+    let mut tokens = admin_comment.split_whitespace();
+    let token = tokens.find(|t| {
+        t.get(..JS1_PREFIX.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(JS1_PREFIX))
+    })?;
+    let Some(token) = token.strip_prefix(JS1_PREFIX) else {
+        // Slurm 22.05's sacctmgr lowercases the values it sets (strip_quotes with make_lower;
+        // 23.02 on keep them): base64 does not survive that.
+        return Some(Jobstats::Unreadable(
+            "lowercased by Slurm 22.05's sacctmgr (23.02 and later keep its case); jobstats' own \
+             reader cannot decode it either"
+                .to_string(),
+        ));
+    };
     Some(match token {
         "Short" | "None" => Jobstats::NoGpuFigures,
         payload => match decode(payload) {
@@ -208,6 +219,7 @@ mod tests {
         let cpu = js1(r#"{"nodes":{"n":{"cpus":4,"used_memory":1}},"total_time":9}"#);
         assert_eq!(find(&cpu), Some(Jobstats::NoGpuFigures));
         assert_eq!(find("gpu-mem-quota:v1{} sku=x"), None);
+        assert!(matches!(find("js1:h4siaaaa"), Some(Jobstats::Unreadable(m)) if m.contains("22.05")));
         assert_eq!(find(""), None);
     }
 
