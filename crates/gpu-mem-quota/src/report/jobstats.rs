@@ -123,7 +123,7 @@ fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
         } as u32)
     };
     let body = text.trim_end_matches('=');
-    if text.len() % 4 != 0 || text.len() - body.len() > 2 {
+    if !text.len().is_multiple_of(4) || text.len() - body.len() > 2 {
         return Err("not base64: its length or padding is wrong".to_string());
     }
     let mut out = Vec::with_capacity(body.len() * 3 / 4);
