@@ -59,7 +59,9 @@ pub(super) fn run(argv: Vec<String>) -> ExitCode {
         std::env::var("SLURM_ARRAY_TASK_ID").ok(),
     );
     let db_id = accounting_job_id(&job, array.0.as_deref(), array.1.as_deref());
-    match keep(&SlurmTools::find_configured(), &job, &db_id) {
+    // The same single-job read as the watchdog's: JSON where squeue prints one job alone.
+    let slurm = SlurmTools::find_configured().with_json_job_reads_detected();
+    match keep(&slurm, &job, &db_id) {
         Ok(message) => {
             println!("gpu-mem-quota keep-record: job {db_id}: {message}");
             ExitCode::SUCCESS
