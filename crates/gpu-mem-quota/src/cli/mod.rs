@@ -5,6 +5,7 @@
 /// The argument parser, shared with the watchdog's command line (`launch::params`).
 pub(crate) use gmq_core::argv as args;
 mod check_config;
+mod keep_record;
 mod plan;
 mod report;
 mod status;
@@ -26,6 +27,11 @@ const COMMANDS: &[Command] = &[
         spec: &check_config::SPEC,
         summary: "validate the admin policy; --explain an identity's quota",
         run: check_config::run,
+    },
+    Command {
+        spec: &keep_record::SPEC,
+        summary: "from EpilogSlurmctld: copy the record to the SystemComment (beside jobstats)",
+        run: keep_record::run,
     },
     Command {
         spec: &plan::SPEC,

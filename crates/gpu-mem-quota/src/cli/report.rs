@@ -15,7 +15,10 @@ Reads Slurm accounting (sacct, every requeued run included) and the gpu-mem-quot
 job's AdminComment, and shows the GPU-memory quota, the peak per GPU, the GPU-memory efficiency
 (peak / quota, as seff shows memory efficiency) and what the watchdog did or saw (warn,
 over_quota, preempted, requeued, cancelled, held, oom, node_fail). With -j, also Slurm's own
-gres/gpumem per run where it records one (Slurm 24.11 and later with the gpu/nvml plugin).
+gres/gpumem per run where it records one (Slurm 24.11 and later with the gpu/nvml plugin). Our
+record is also read from the SystemComment, where `gpu-mem-quota keep-record` copies it for sites
+whose jobstats replaces the AdminComment; jobstats' per-GPU memory (JS1 in the AdminComment) is
+shown beside ours where it is there.
 
   -j, --job JOBID        one job, a row per run and node (JOBID: N, N_M for an array task, or
                          N+M for a heterogeneous job's component)

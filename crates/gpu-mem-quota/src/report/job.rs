@@ -6,6 +6,7 @@
 //! newest row that has one. Run `k` of the record (Slurm's restart count) is the `k`-th row in
 //! start order: each requeue gives the job a new accounting row.
 
+use super::jobstats::{self, Jobstats};
 use super::sacct::SacctRow;
 use gmq_core::record::{self, Entry, GpuPeaks, Record, RecordError, Totals};
 use gmq_core::size::ByteSize;
@@ -20,6 +21,9 @@ pub struct JobReport {
     /// In start order; a requeued job that has not started again ends with a pending run.
     pub runs: Vec<Run>,
     pub record: RecordState,
+    /// jobstats' summary in the newest AdminComment that holds one (`JS1:`), where the site runs
+    /// jobstats ([`super::jobstats`]).
+    pub jobstats: Option<Jobstats>,
 }
 
 /// One start of the job, as accounting saw it.
@@ -233,14 +237,19 @@ fn job_report(mut rows: Vec<&SacctRow>) -> JobReport {
         account: first.map(|r| r.account.clone()).unwrap_or_default(),
         runs,
         record: newest_record(&rows),
+        jobstats: rows.iter().rev().find_map(|r| jobstats::find(&r.admin_comment)),
     }
 }
 
-/// The record of the newest row that has one; the newest problem if none can be read.
+/// The record of the newest row that has one; the newest problem if none can be read. A row's
+/// record is what its AdminComment and its SystemComment (`keep-record`'s copy, there when a tool
+/// replaced the AdminComment after the job ended) hold together: the segments of both are joined
+/// as one (merge by maximum), so the copy and the original read as one record.
 fn newest_record(rows: &[&SacctRow]) -> RecordState {
     let mut problem = None;
     for row in rows.iter().rev() {
-        match record::parse(&row.admin_comment) {
+        let both = format!("{} {}", row.admin_comment, row.system_comment);
+        match record::parse(&both) {
             Ok(Some(record)) => return RecordState::Present(record),
             Ok(None) => {}
             Err(e) => problem = problem.or(Some(e)),

@@ -8,6 +8,7 @@
 
 pub(crate) mod format;
 pub(crate) mod job;
+pub mod jobstats;
 pub(crate) mod node;
 pub mod render;
 pub(crate) mod sacct;

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::format::{human_size, percent, table};
 use super::job::{efficiency, GibHours, JobReport, RecordState, Run};
+use super::jobstats::Jobstats;
 use gmq_core::json_number::{rounded, rounded_opt};
 use gmq_core::record::{Entry, EventCounts, Facts, GpuPeaks, LastEvent, Totals};
 
@@ -61,6 +62,9 @@ pub fn job_text(job: &JobReport) -> String {
             "Slurm's own gres/gpumem (largest task of the run's steps): {}\n",
             slurms.join(", ")
         ));
+    }
+    if let Some(line) = jobstats_line(job.jobstats.as_ref()) {
+        out.push_str(&line);
     }
     match &job.record {
         RecordState::Absent => out.push_str(
@@ -181,6 +185,76 @@ struct JobJson<'a> {
     totals: Option<TotalsJson>,
     /// GPU memory reserved and used at peak over the finished runs; `null` without them.
     gib_hours: Option<GibHoursJson>,
+    /// jobstats' summary (`JS1:` in the AdminComment); left out where the job has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jobstats: Option<JobstatsJson<'a>>,
+}
+
+/// jobstats' own figures, from its Prometheus exporters, not our measurement.
+#[derive(Serialize)]
+struct JobstatsJson<'a> {
+    /// `gpus`, `no_gpu_figures` (`JS1:Short`, `JS1:None`, a CPU job) or `unreadable`.
+    summary: &'static str,
+    error: Option<&'a str>,
+    gpus: Vec<JobstatsGpuJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct JobstatsGpuJson<'a> {
+    node: &'a str,
+    /// jobstats' key of the GPU on its node: the GPU's minor number, as we number GPUs too.
+    gpu: &'a str,
+    used_bytes: u64,
+    total_bytes: Option<u64>,
+}
+
+fn jobstats_json(summary: &Jobstats) -> JobstatsJson<'_> {
+    let (name, error, gpus) = match summary {
+        Jobstats::Gpus(gpus) => ("gpus", None, gpus.as_slice()),
+        Jobstats::NoGpuFigures => ("no_gpu_figures", None, &[][..]),
+        Jobstats::Unreadable(why) => ("unreadable", Some(why.as_str()), &[][..]),
+    };
+    JobstatsJson {
+        summary: name,
+        error,
+        gpus: gpus
+            .iter()
+            .map(|g| JobstatsGpuJson {
+                node: &g.node,
+                gpu: &g.gpu,
+                used_bytes: g.used_bytes,
+                total_bytes: g.total_bytes,
+            })
+            .collect(),
+    }
+}
+
+/// One line on jobstats' summary, said to be theirs; `None` where the job has none.
+fn jobstats_line(summary: Option<&Jobstats>) -> Option<String> {
+    Some(match summary? {
+        Jobstats::Gpus(gpus) => {
+            let each: Vec<String> = gpus
+                .iter()
+                .map(|g| {
+                    let total = g
+                        .total_bytes
+                        .map(|t| format!(" of {}", human_size(t)))
+                        .unwrap_or_default();
+                    format!("{} GPU {} {}{total}", g.node, g.gpu, human_size(g.used_bytes))
+                })
+                .collect();
+            format!(
+                "jobstats' summary (JS1 in the AdminComment; its exporters' figures): GPU memory used {}\n",
+                each.join(", ")
+            )
+        }
+        Jobstats::NoGpuFigures => {
+            "jobstats' summary (JS1 in the AdminComment) has no GPU-memory figures.\n".to_string()
+        }
+        Jobstats::Unreadable(why) => {
+            format!("jobstats' summary (JS1 in the AdminComment) cannot be read: {why}\n")
+        }
+    })
 }
 
 #[derive(Serialize)]
@@ -309,6 +383,7 @@ fn job_json(job: &JobReport) -> JobJson<'_> {
         folded,
         totals: job.totals().map(totals_json),
         gib_hours: job.gib_hours().map(|hours| gib_hours_json(hours, None)),
+        jobstats: job.jobstats.as_ref().map(jobstats_json),
     }
 }
 

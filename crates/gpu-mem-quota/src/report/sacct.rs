@@ -11,7 +11,9 @@
 use std::fmt;
 
 /// The fields we ask for, in this order; the AdminComment must stay last (see the module doc).
-const FIELDS: [&str; 9] = [
+/// SystemComment, just before it, is where `gpu-mem-quota keep-record` keeps a copy of our record
+/// (docs/ACCOUNTING.md, "Beside jobstats"): text of ours and slurmctld's, which has no `|`.
+const FIELDS: [&str; 10] = [
     "JobIDRaw",
     "JobID",
     "User",
@@ -20,6 +22,7 @@ const FIELDS: [&str; 9] = [
     "Start",
     "End",
     "NodeList",
+    "SystemComment",
     "AdminComment",
 ];
 
@@ -38,6 +41,8 @@ pub struct SacctRow {
     pub start: String,
     pub(crate) end: String,
     pub node_list: String,
+    /// Where `keep-record` copies our record once the job has ended.
+    pub system_comment: String,
     pub admin_comment: String,
 }
 
@@ -193,7 +198,8 @@ pub fn parse_rows(text: &str) -> Result<Vec<SacctRow>, SacctError> {
             start: field(5),
             end: field(6),
             node_list: field(7),
-            admin_comment: field(8),
+            system_comment: field(8),
+            admin_comment: field(9),
         });
     }
     Ok(rows)

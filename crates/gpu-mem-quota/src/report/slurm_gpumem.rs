@@ -123,7 +123,8 @@ mod tests {
         assert_eq!(tres_bytes("cpu=00:00:05,mem=1.50M", "gres/gpumem"), None);
     }
 
-    /// Real 24.11.5 sacct output of a job requeued once, from the dev cluster; its fake GPUs have no
+    /// Real 24.11.5 sacct output of a job requeued once, from the dev cluster (an empty SystemComment
+    /// column added since); its fake GPUs have no
     /// gpu/nvml, so the batch steps' `gres/gpumem` (and gpuutil) were written in by hand where
     /// gpu/nvml puts them.
     #[test]
@@ -159,7 +160,7 @@ mod tests {
         assert!(gpumem_by_run(&steps.replace("gres/gpumem", "gres/other")).is_empty());
     }
 
-    /// Real 26.05.5 sacct output of a job requeued once by `scontrol requeue` (and cancelled in its
+    /// Real 26.05.5 sacct output (an empty SystemComment column added since) of a job requeued once by `scontrol requeue` (and cancelled in its
     /// second run), from the dev cluster: no gpu/nvml, so no `gres/gpumem`, and 26.05 leaves the
     /// extern step's TRESUsageInMax empty. Two runs, our record on the second; nothing attached.
     #[test]

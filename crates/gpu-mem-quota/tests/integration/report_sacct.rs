@@ -18,15 +18,15 @@ const GIB: u64 = 1 << 30;
 /// row (`12.batch`), which has no AdminComment and must be skipped. Each run's row carries the
 /// record as it was at that run's end.
 const REQUEUED_TWICE: &str = "\
-12|12|alice|physics|COMPLETED|2024-06-10T06:10:00|2024-06-10T07:10:00|gpu01|ticket=INC42 gpu-mem-quota:v1{gpu01/0:q=40G,g0=41G/1a2b3c4d,g1=2G/5e6f7a8b,ws=12,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000061,t=1718000061;gpu01/1:q=40G,g0=40964M/1a2b3c4d,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000400,t=1718000400;gpu01/2:q=40G,g0=30G/1a2b3c4d,g1=12G/5e6f7a8b,t=1718003600}
-12|12.batch||physics|COMPLETED|2024-06-10T06:10:00|2024-06-10T07:10:00|gpu01|
-12|12|alice|physics|REQUEUED|2024-06-10T06:05:00|2024-06-10T06:06:40|gpu01|ticket=INC42 gpu-mem-quota:v1{gpu01/0:q=40G,g0=41G/1a2b3c4d,g1=2G/5e6f7a8b,ws=12,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000061,t=1718000061;gpu01/1:q=40G,g0=40964M/1a2b3c4d,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000400,t=1718000400}
-12|12|alice|physics|REQUEUED|2024-06-10T06:00:00|2024-06-10T06:01:01|gpu01|ticket=INC42 gpu-mem-quota:v1{gpu01/0:q=40G,g0=41G/1a2b3c4d,g1=2G/5e6f7a8b,ws=12,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000061,t=1718000061}
+12|12|alice|physics|COMPLETED|2024-06-10T06:10:00|2024-06-10T07:10:00|gpu01||ticket=INC42 gpu-mem-quota:v1{gpu01/0:q=40G,g0=41G/1a2b3c4d,g1=2G/5e6f7a8b,ws=12,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000061,t=1718000061;gpu01/1:q=40G,g0=40964M/1a2b3c4d,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000400,t=1718000400;gpu01/2:q=40G,g0=30G/1a2b3c4d,g1=12G/5e6f7a8b,t=1718003600}
+12|12.batch||physics|COMPLETED|2024-06-10T06:10:00|2024-06-10T07:10:00|gpu01||
+12|12|alice|physics|REQUEUED|2024-06-10T06:05:00|2024-06-10T06:06:40|gpu01||ticket=INC42 gpu-mem-quota:v1{gpu01/0:q=40G,g0=41G/1a2b3c4d,g1=2G/5e6f7a8b,ws=12,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000061,t=1718000061;gpu01/1:q=40G,g0=40964M/1a2b3c4d,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000400,t=1718000400}
+12|12|alice|physics|REQUEUED|2024-06-10T06:00:00|2024-06-10T06:01:01|gpu01||ticket=INC42 gpu-mem-quota:v1{gpu01/0:q=40G,g0=41G/1a2b3c4d,g1=2G/5e6f7a8b,ws=12,warn=1,over_quota=1,requeued=1,restarts=1,last=requeued@1718000061,t=1718000061}
 ";
 
 /// A job that peaked at 30G of its 40G quota, with no events.
 const PEAKED_30_OF_40: &str =
-    "4242|4242|bob|chem|COMPLETED|2024-06-11T08:00:00|2024-06-11T09:00:00|gpu02|gpu-mem-quota:v1{gpu02/0:q=40G,g0=30G/aaaa0000,t=1718100000}\n";
+    "4242|4242|bob|chem|COMPLETED|2024-06-11T08:00:00|2024-06-11T09:00:00|gpu02||gpu-mem-quota:v1{gpu02/0:q=40G,g0=30G/aaaa0000,t=1718100000}\n";
 
 #[test]
 fn a_job_requeued_twice_has_three_runs_in_start_order() {
@@ -103,9 +103,9 @@ fn efficiency_is_peak_over_quota_in_percent() {
 #[test]
 fn jobs_without_a_record_or_with_a_broken_one_say_so() {
     let text = "\
-20|20|carol|bio|COMPLETED|2024-06-12T01:00:00|2024-06-12T02:00:00|gpu03|ticket=INC7
-21|21|carol|bio|FAILED|2024-06-12T03:00:00|2024-06-12T03:00:05|gpu03|note gpu-mem-quota:v1{gpu03/0:q=40G,g0=1G more
-22|22|carol|bio|PENDING|Unknown|Unknown|None assigned|
+20|20|carol|bio|COMPLETED|2024-06-12T01:00:00|2024-06-12T02:00:00|gpu03||ticket=INC7
+21|21|carol|bio|FAILED|2024-06-12T03:00:00|2024-06-12T03:00:05|gpu03||note gpu-mem-quota:v1{gpu03/0:q=40G,g0=1G more
+22|22|carol|bio|PENDING|Unknown|Unknown|None assigned||
 ";
     let jobs = job_reports(&parse_rows(text).unwrap());
     assert_eq!(jobs.len(), 3);
@@ -133,8 +133,8 @@ GPU memory of 1 finished job(s): 40.00 GiB-hours reserved, 30.00 used at peak (7
 fn foreign_text_with_pipes_and_newlines_stays_in_the_admin_comment() {
     // sacct escapes nothing: a `|` in the AdminComment adds fields, a newline splits the row.
     let text = "\
-30|30|dan|ml|COMPLETED|2024-06-13T01:00:00|2024-06-13T02:00:00|gpu04|a|b gpu-mem-quota:v1{gpu04/0:q=20G,g0=5G,t=1}
-31|31|dan|ml|COMPLETED|2024-06-13T01:00:00|2024-06-13T02:00:00|gpu04|first line
+30|30|dan|ml|COMPLETED|2024-06-13T01:00:00|2024-06-13T02:00:00|gpu04||a|b gpu-mem-quota:v1{gpu04/0:q=20G,g0=5G,t=1}
+31|31|dan|ml|COMPLETED|2024-06-13T01:00:00|2024-06-13T02:00:00|gpu04||first line
 second line gpu-mem-quota:v1{gpu04/0:q=20G,g0=10G,t=1}
 ";
     let rows = parse_rows(text).unwrap();
@@ -159,8 +159,8 @@ second line gpu-mem-quota:v1{gpu04/0:q=20G,g0=10G,t=1}
 #[test]
 fn array_tasks_are_separate_jobs() {
     let text = "\
-41|40_1|eve|ml|COMPLETED|2024-06-14T01:00:00|2024-06-14T02:00:00|gpu01|gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1}
-42|40_2|eve|ml|COMPLETED|2024-06-14T01:00:00|2024-06-14T02:00:00|gpu02|
+41|40_1|eve|ml|COMPLETED|2024-06-14T01:00:00|2024-06-14T02:00:00|gpu01||gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1}
+42|40_2|eve|ml|COMPLETED|2024-06-14T01:00:00|2024-06-14T02:00:00|gpu02||
 ";
     let jobs = job_reports(&parse_rows(text).unwrap());
     let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
@@ -170,7 +170,7 @@ fn array_tasks_are_separate_jobs() {
 #[test]
 fn runs_only_the_record_knows_are_still_shown() {
     // The record has run 1, but sacct lists one run only (its row was lost or purged).
-    let text = "50|50|f|a|RUNNING|2024-06-15T01:00:00|Unknown|gpu01|gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1;gpu01/1:q=10G,g0=6G,t=2}\n";
+    let text = "50|50|f|a|RUNNING|2024-06-15T01:00:00|Unknown|gpu01||gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1;gpu01/1:q=10G,g0=6G,t=2}\n";
     let jobs = job_reports(&parse_rows(text).unwrap());
     assert_eq!(jobs[0].unlisted_runs(), [1]);
     assert!(job_text(&jobs[0]).contains("1    (not in sacct)"));
@@ -214,7 +214,7 @@ fn json_has_every_run_entry_and_total() {
     assert_eq!(totals["restarts"].as_u64(), Some(2));
     assert_eq!(totals["last_event"]["kind"], "requeued");
 
-    let absent = job_reports(&parse_rows("9|9|u|a|COMPLETED|x|y|n|\n").unwrap());
+    let absent = job_reports(&parse_rows("9|9|u|a|COMPLETED|x|y|n||\n").unwrap());
     let doc: Value = serde_json::from_str(&jobs_json(&absent)).unwrap();
     let job = &doc["jobs"][0];
     assert_eq!(job["record"], "absent");
@@ -227,7 +227,7 @@ fn sacct_arguments() {
     assert_eq!(
         job.sacct_args().join(" "),
         "--parsable2 --noheader --duplicates --allocations \
-         --format=JobIDRaw,JobID,User,Account,State,Start,End,NodeList,AdminComment --jobs 12"
+         --format=JobIDRaw,JobID,User,Account,State,Start,End,NodeList,SystemComment,AdminComment --jobs 12"
     );
     let user = Query::User {
         user: "alice".into(),
@@ -285,13 +285,13 @@ fn gib_hours_reserved_against_used_over_runs_and_gpus() {
     // A running job (no end yet) and a job without a record are not counted.
     let running = job_reports(
         &parse_rows(
-            "50|50|f|a|RUNNING|2024-06-15T01:00:00|Unknown|gpu01|gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1}\n",
+            "50|50|f|a|RUNNING|2024-06-15T01:00:00|Unknown|gpu01||gpu-mem-quota:v1{gpu01/0:q=10G,g0=5G,t=1}\n",
         )
         .unwrap(),
     );
     assert_eq!(running[0].gib_hours(), None);
     let absent =
-        job_reports(&parse_rows("9|9|u|a|COMPLETED|2024-06-15T01:00:00|2024-06-15T02:00:00|n|\n").unwrap());
+        job_reports(&parse_rows("9|9|u|a|COMPLETED|2024-06-15T01:00:00|2024-06-15T02:00:00|n||\n").unwrap());
     assert_eq!(absent[0].gib_hours(), None);
     let mut all = parse_rows(REQUEUED_TWICE).unwrap();
     all.extend(parse_rows(PEAKED_30_OF_40).unwrap());
@@ -331,7 +331,7 @@ fn gib_hours_reserved_against_used_over_runs_and_gpus() {
 /// G12: a requeue the watchdog recorded (the record goes first) that slurmctld failed to carry out;
 /// the watchdog then cancelled the job. One run in accounting, and no run in the record after it.
 const REQUEUE_NOT_CARRIED_OUT: &str = "\
-77|77|alice|physics|CANCELLED|2024-06-10T06:00:00|2024-06-10T06:03:00|gpu01|gpu-mem-quota:v1{gpu01/0:q=8G,g0=12G/1a2b3c4d,over_quota=2,requeued=1,cancelled=1,restarts=1,last=cancelled@1718000180,t=1718000180}
+77|77|alice|physics|CANCELLED|2024-06-10T06:00:00|2024-06-10T06:03:00|gpu01||gpu-mem-quota:v1{gpu01/0:q=8G,g0=12G/1a2b3c4d,over_quota=2,requeued=1,cancelled=1,restarts=1,last=cancelled@1718000180,t=1718000180}
 ";
 
 #[test]
@@ -359,4 +359,32 @@ fn a_requeue_slurmctld_did_not_carry_out_is_not_counted_as_a_restart() {
     let twice = job_reports(&parse_rows(REQUEUED_TWICE).unwrap());
     assert_eq!(twice[0].requeues_not_carried_out(), 0);
     assert!(!job_text(&twice[0]).contains("did not carry out"));
+}
+
+/// jobstats replaced the AdminComment after the job ended (`JS1:`, base64 of gzip of its JSON, as
+/// Python's `base64.b64encode(gzip.compress(...))` writes it); `keep-record` had copied our record
+/// to the SystemComment. Both are read: our record from the copy, jobstats' per-GPU memory.
+#[test]
+fn our_record_from_the_system_comment_beside_jobstats_summary() {
+    let js1 = "JS1:H4sIAO7FFmsC/6tWystPSS1WslKoVsozBFPpBaXxpcWpKfG5qbn5RZVgMQMgaWhgYFALBACcyHxiMwAAAA==";
+    let text = format!(
+        "60|60|gmq-user|ml|COMPLETED|2024-06-16T01:00:00|2024-06-16T02:00:00|n1|\
+         gpu-mem-quota:v1{{n1/0:q=10G,g0=5G,t=1}}|{js1}\n"
+    );
+    let jobs = job_reports(&parse_rows(&text).unwrap());
+    let record = jobs[0].record().expect("the record from the SystemComment");
+    assert_eq!(record.entries()[0].peak(), 5 * GIB);
+    let shown = job_text(&jobs[0]);
+    assert!(shown.contains("jobstats' summary"), "{shown}");
+    assert!(shown.contains("n1 GPU 0 1000"), "{shown}");
+    let doc: Value = serde_json::from_str(&jobs_json(&jobs)).unwrap();
+    assert_eq!(doc["jobs"][0]["jobstats"]["gpus"][0]["used_bytes"], 1000);
+    assert_eq!(doc["jobs"][0]["record"], "present");
+
+    // The same record in both fields (not replaced) reads as one, not twice.
+    let both = "61|61|u|a|COMPLETED|x|y|n1|gpu-mem-quota:v1{n1/0:q=10G,g0=5G,warn=1,t=1}|\
+                gpu-mem-quota:v1{n1/0:q=10G,g0=5G,warn=1,t=1}\n";
+    let jobs = job_reports(&parse_rows(both).unwrap());
+    assert_eq!(jobs[0].record().unwrap().totals().events.get(EventKind::Warn), 1);
+    assert!(jobs[0].jobstats.is_none());
 }

@@ -42,7 +42,7 @@ fn fake_sacct(test: &str, body: &str) -> (tempfile::TempDir, SlurmTools) {
 
 #[test]
 fn runs_sacct_beside_scontrol_with_our_argv() {
-    let row = "4242|4242|bob|chem|COMPLETED|2024-06-11T08:00:00|2024-06-11T09:00:00|gpu02|gpu-mem-quota:v1{gpu02/0:q=40G,g0=30G,t=1}";
+    let row = "4242|4242|bob|chem|COMPLETED|2024-06-11T08:00:00|2024-06-11T09:00:00|gpu02||gpu-mem-quota:v1{gpu02/0:q=40G,g0=30G,t=1}";
     let (scratch, tools) = fake_sacct("ok", &format!("echo '{row}'"));
     let dir = scratch.path();
     assert_eq!(tools.sacct_path(), dir.join("sacct"));

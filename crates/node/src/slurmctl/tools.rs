@@ -208,6 +208,26 @@ impl SlurmTools {
         self.call(&self.scontrol, &args).map(drop)
     }
 
+    /// `sacctmgr -i update job where jobid=ID set SystemComment=TEXT`: the accounting database's
+    /// SystemComment of the job's latest run, after the job has ended (`keep-record`); slurmctld's
+    /// copy is not touched. `db_job_id` is `N` or `N_M` (an array task, as jobstats writes it).
+    /// Slurm 22.05's sacctmgr lowercases the value (`strip_quotes(..., make_lower)`; 23.02 on keep
+    /// it as it is). SlurmUser, root and accounting admins only.
+    pub fn set_system_comment_in_accounting(&self, db_job_id: &str, text: &str) -> Result<(), CtlError> {
+        check_admin_comment(text)?;
+        let args = vec![
+            "-i".to_string(),
+            "update".to_string(),
+            "job".to_string(),
+            "where".to_string(),
+            format!("jobid={db_job_id}"),
+            "set".to_string(),
+            format!("SystemComment={text}"),
+        ];
+        self.call(&self.scontrol.with_file_name("sacctmgr"), &args)
+            .map(drop)
+    }
+
     /// `scontrol requeue Incomplete ID`: back to pending, to run again. `Incomplete` makes it a
     /// no-op for a job that has meanwhile finished; without it Slurm 22.05 requeues finished batch
     /// jobs too. Refusals: NotRequeueable (`--no-requeue`), BatchOnly (srun/salloc jobs).
