@@ -10,6 +10,7 @@ mod nodes;
 mod plugin;
 mod policy;
 mod preempt;
+mod prometheus;
 mod report;
 mod security;
 mod shards;

@@ -23,6 +23,7 @@ fn job(job_id: u32, user: &str, gpus: &[(u64, u64)]) -> JobMetrics {
     events.add(EventKind::Warn, 1);
     JobMetrics {
         job_id,
+        sluid: None,
         user: user.into(),
         gpus: gpus
             .iter()
@@ -354,7 +355,7 @@ fn over_ninety_percent_queries_pick_the_right_jobs() {
             yaml_quoted(&as_prometheus_sees_it(query))
         )
     };
-    let job_7_gpu_0 = r#"{instance="node1",job_id="7",user="alice",gpu="0",gpu_uuid="GPU-7-0"}"#;
+    let job_7_gpu_0 = r#"{instance="node1",job_id="7",user="alice",jobid="7",hpc_job="7",gpu="0",gpu_uuid="GPU-7-0",uuid="GPU-7-0",UUID="GPU-7-0"}"#;
     let tests = format!(
         "tests:\n  - interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{}{}",
         expect(counts[0], "          - labels: '{}'\n            value: 1\n"),
