@@ -67,7 +67,11 @@ fn start(name: &'static str, program: &str, args: &[String], log: &Path) -> Serv
     assert!(
         Path::new(program).exists(),
         "{program} is missing: slurm/dev-cluster install puts it there (Debian's {})",
-        if name == "prometheus" { "prometheus" } else { "prometheus-node-exporter" }
+        if name == "prometheus" {
+            "prometheus"
+        } else {
+            "prometheus-node-exporter"
+        }
     );
     let log = std::fs::File::create(log).unwrap();
     let child = Command::new(program)
@@ -131,7 +135,10 @@ fn query(port: u16, expr: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, 
                         .collect()
                 })
                 .unwrap_or_default();
-            let value = s["value"][1].as_str().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+            let value = s["value"][1]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(f64::NAN);
             (labels, value)
         })
         .collect())
@@ -258,7 +265,10 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
         ["prometheus.log", "node_exporter.log"]
             .map(|f| {
                 let text = std::fs::read_to_string(scratch.0.join(f)).unwrap_or_default();
-                format!("--- {f} (last 2000 bytes):\n{}", &text[text.len().saturating_sub(2000)..])
+                format!(
+                    "--- {f} (last 2000 bytes):\n{}",
+                    &text[text.len().saturating_sub(2000)..]
+                )
             })
             .join("\n")
     };
@@ -306,8 +316,7 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
 
     // The collector read our files without complaint (one bad file fails them all).
     let scraped_clean = wait_until(Duration::from_secs(30), || {
-        query(prometheus_port, "node_textfile_scrape_error")
-            .is_ok_and(|r| r.len() == 1 && r[0].1 == 0.0)
+        query(prometheus_port, "node_textfile_scrape_error").is_ok_and(|r| r.len() == 1 && r[0].1 == 0.0)
     });
     assert!(
         scraped_clean,
@@ -319,7 +328,9 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
     let board = dashboard();
     // The template variables: `label_values(METRIC{...}, LABEL)` is Prometheus' label values API.
     for var in board["templating"]["list"].as_array().unwrap() {
-        let Some(q) = var["query"]["query"].as_str() else { continue };
+        let Some(q) = var["query"]["query"].as_str() else {
+            continue;
+        };
         let Some(inner) = q.strip_prefix("label_values(").and_then(|r| r.strip_suffix(')')) else {
             continue;
         };
@@ -337,7 +348,9 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
                 "job_id" => job.to_string(),
                 _ => format!("127.0.0.1:{exporter_port}"),
             };
-            values.as_array().is_some_and(|v| v.iter().any(|x| x == &Value::String(want.clone())))
+            values
+                .as_array()
+                .is_some_and(|v| v.iter().any(|x| x == &Value::String(want.clone())))
         });
         assert!(found, "variable {}: {q}: {values}", var["name"]);
     }
@@ -364,7 +377,9 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
                         faults.push(format!("no {name} label (the legend names it)"));
                     }
                 }
-                if target.expr.contains("$job_id") && labels.get("job_id").is_some_and(|j| *j != job.to_string()) {
+                if target.expr.contains("$job_id")
+                    && labels.get("job_id").is_some_and(|j| *j != job.to_string())
+                {
                     faults.push(format!("another job's series: {labels:?}"));
                 }
                 if labels.get("job_id") == Some(&job.to_string()) {
@@ -408,7 +423,11 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
         let series = last.as_ref().map_or(0, Vec::len);
         summary.push(format!("{series} series: {expr}"));
     }
-    eprintln!("{} dashboard queries returned data:\n{}", all.len(), summary.join("\n"));
+    eprintln!(
+        "{} dashboard queries returned data:\n{}",
+        all.len(),
+        summary.join("\n")
+    );
 
     // A site's join, as docs/ACCOUNTING.md writes it: our quota next to another exporter's
     // measured use of the same GPU. No jobstats or DCGM exporter runs here, so the right side is our

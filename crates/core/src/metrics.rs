@@ -9,8 +9,9 @@
 //! `jobid` (jobstats' cgroup and GPU exporters), `hpc_job` (DCGM exporter's HPC job mapping) and,
 //! where slurmd gave the watchdog one (26.05), `sluid`, the value jobstats' cgroup_exporter puts
 //! in its `jobid` label there; GPU series carry the UUID as `uuid` (jobstats' GPU exporter) and
-//! `UUID` (DCGM exporter). Our own `job_id` and `gpu_uuid` stay, unchanged. Our `gpu` is the
-//! index the job sees, not DCGM's `gpu` (the node's index): join on the UUID. Help texts are the same in every
+//! `UUID` (DCGM exporter). Our own `job_id` and `gpu_uuid` stay, unchanged. GPUs are joined on
+//! the UUID: our `gpu` is the device's minor number (NVML's index where there is none), which
+//! jobstats calls `minor_number` and DCGM's `gpu` (its own GPU id) need not equal. Help texts are the same in every
 //! file, as the collector requires when it merges files, and no sample carries a timestamp (the
 //! collector refuses them). Every metric is listed in docs/ACCOUNTING.md.
 //!

@@ -137,7 +137,7 @@ gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",
 gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 1796018400
 # HELP gpu_mem_quota_job_reported_tasks_not_shown Tasks of the job on this node whose telemetry was read and not exported as series (at most 32 tasks are, one per process and task number).
 # TYPE gpu_mem_quota_job_reported_tasks_not_shown gauge
-gpu_mem_quota_job_reported_tasks_not_shown{job_id="4242",user="alice"} 1
+gpu_mem_quota_job_reported_tasks_not_shown{job_id="4242",user="alice",jobid="4242",hpc_job="4242"} 1
 "#;
     assert_eq!(added, want);
     match promtool_check(&text) {
