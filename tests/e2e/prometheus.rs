@@ -117,8 +117,11 @@ fn api(port: u16, path: &str) -> Result<Value, String> {
     Ok(json["data"].clone())
 }
 
+/// A series' labels, `__name__` included where the query keeps it.
+type Labels = BTreeMap<String, String>;
+
 /// An instant vector: each series' labels and value.
-fn query(port: u16, expr: &str) -> Result<Vec<(BTreeMap<String, String>, f64)>, String> {
+fn query(port: u16, expr: &str) -> Result<Vec<(Labels, f64)>, String> {
     let data = api(port, &format!("/api/v1/query?query={}", url_encoded(expr)))?;
     if data["resultType"] != "vector" {
         return Err(format!("{expr}: not a vector: {data}"));
@@ -194,7 +197,7 @@ fn legend_labels(legend: &str) -> Vec<String> {
 /// What a series of our job must carry besides what its query asks for: the job id under
 /// jobstats' and DCGM exporter's names, the SLUID where the job had one, and for a GPU series the
 /// UUID under both exporters' names.
-fn join_label_faults(labels: &BTreeMap<String, String>, job: u32, sluid: Option<&str>) -> Vec<String> {
+fn join_label_faults(labels: &Labels, job: u32, sluid: Option<&str>) -> Vec<String> {
     let mut faults = Vec::new();
     let id = job.to_string();
     for name in ["jobid", "hpc_job"] {
@@ -390,9 +393,14 @@ fn every_dashboard_query_returns_the_live_jobs_series_with_join_labels() {
                 }
             }
             // The job's figures, where the query is one of the bare families.
-            let ours = |(l, _): &&(BTreeMap<String, String>, f64)| l.get("job_id") == Some(&job.to_string());
+            let ours = |(l, _): &&(Labels, f64)| l.get("job_id") == Some(&job.to_string());
             let value_of_ours = result.iter().find(ours).map(|(_, v)| *v);
-            let want_value = match expr.split('{').next().unwrap_or_default() {
+            // A bare selector, `name{...}`: no operator after it.
+            let bare = expr
+                .split_once('{')
+                .filter(|(_, rest)| rest.find('}') == Some(rest.len() - 1))
+                .map(|(name, _)| name);
+            let want_value = match bare.unwrap_or_default() {
                 "gpu_mem_quota_used_bytes" | "gpu_mem_quota_peak_bytes" => Some((38 * GIB) as f64),
                 "gpu_mem_quota_limit_bytes" => Some((40 * GIB) as f64),
                 _ => None,
