@@ -11,6 +11,7 @@ mod nodes;
 mod plugin;
 mod policy;
 mod preempt;
+mod prometheus;
 mod report;
 mod security;
 mod shards;

@@ -255,10 +255,12 @@ impl Watchdog {
         });
     }
 
-    /// The job's figures for Prometheus (node_exporter's textfile collector).
+    /// The job's figures for Prometheus (node_exporter's textfile collector). The SLUID is the
+    /// caller's to add: slurmd gives it to the watchdog process, not to this state.
     pub fn metrics(&self, user: &str) -> JobMetrics {
         JobMetrics {
             job_id: self.job_id,
+            sluid: None,
             user: user.to_string(),
             gpus: self
                 .usage

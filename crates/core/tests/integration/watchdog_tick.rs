@@ -1033,7 +1033,7 @@ fn the_jobs_telemetry_is_shown_and_never_decided_on() {
     let metrics = gmq_core::metrics::render(&watchdog.metrics("alice"));
     assert!(
         metrics.contains(
-            "gpu_mem_quota_job_reported_reserved_bytes{job_id=\"7\",user=\"alice\",task=\"0\"} 1\n"
+            "gpu_mem_quota_job_reported_reserved_bytes{job_id=\"7\",user=\"alice\",jobid=\"7\",hpc_job=\"7\",task=\"0\"} 1\n"
         ),
         "{metrics}"
     );

@@ -23,6 +23,7 @@ fn job(job_id: u32, user: &str, gpus: &[(u64, u64)]) -> JobMetrics {
     events.add(EventKind::Warn, 1);
     JobMetrics {
         job_id,
+        sluid: None,
         user: user.into(),
         gpus: gpus
             .iter()
@@ -354,7 +355,7 @@ fn over_ninety_percent_queries_pick_the_right_jobs() {
             yaml_quoted(&as_prometheus_sees_it(query))
         )
     };
-    let job_7_gpu_0 = r#"{instance="node1",job_id="7",user="alice",gpu="0",gpu_uuid="GPU-7-0"}"#;
+    let job_7_gpu_0 = r#"{instance="node1",job_id="7",user="alice",jobid="7",hpc_job="7",gpu="0",gpu_uuid="GPU-7-0",uuid="GPU-7-0",UUID="GPU-7-0"}"#;
     let tests = format!(
         "tests:\n  - interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{}{}",
         expect(counts[0], "          - labels: '{}'\n            value: 1\n"),
@@ -383,4 +384,119 @@ fn promtool_missing(what: &str) {
         "promtool is not installed, and this run requires it (`promtool {what}`)"
     );
     eprintln!("promtool not installed: skipping `promtool {what}`");
+}
+
+/// The ```promql blocks of docs/ACCOUNTING.md's "Joining with jobstats and DCGM exporter".
+fn documented_joins() -> Vec<String> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/ACCOUNTING.md");
+    let text = fs::read_to_string(path).unwrap();
+    let section = text
+        .split("### Joining with jobstats and DCGM exporter")
+        .nth(1)
+        .and_then(|rest| rest.split("\n### ").next())
+        .expect("the joining section");
+    section
+        .split("```promql\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap().trim().to_string())
+        .collect()
+}
+
+/// The documented joins, by `promtool test rules`, on our rendered series of a 26.05 job (with a
+/// SLUID) and of a 22.05 job (none) beside series with the label sets of jobstats' GPU and cgroup
+/// exporters and DCGM exporter (from their source: plazonic/nvidia_gpu_prometheus_exporter's
+/// `labelsJobInfo`, plazonic/cgroup_exporter's `jobid, step, task`, dcgm-exporter's `hpc_job`).
+#[test]
+fn joins_with_jobstats_and_dcgm_series() {
+    let joins = documented_joins();
+    assert_eq!(joins.len(), 3, "{joins:?}");
+    const SLUID: &str = "s0K2Q6ZC8M4T00";
+    let mut newer = job(7, "alice", &[(38, 40), (10, 40)]);
+    newer.sluid = Some(SLUID.into());
+    let older = job(8, "bob", &[(20, 20)]);
+
+    let mut series = String::new();
+    let mut add = |name_and_labels: &str, value: &str| {
+        series += &format!(
+            "      - series: {}\n        values: '{value}x3'\n",
+            yaml_quoted(name_and_labels)
+        );
+    };
+    for job in [&newer, &older] {
+        for (name, labels, value) in samples(&render(job)) {
+            let labels = labels.replacen('{', "{instance=\"node1:9100\",", 1);
+            add(&(name + &labels), &value);
+        }
+    }
+    let gpu_exporter = |uuid: &str, job: u32, minor: u32| {
+        format!(
+            "{{instance=\"node1:9445\",ordinal=\"{minor}\",minor_number=\"{minor}\",uuid=\"{uuid}\",name=\"NVIDIA A100-SXM4-80GB\",GPU_I_ID=\"\",jobid=\"{job}\",userid=\"1000\"}}"
+        )
+    };
+    let dcgm = |uuid: &str, job: u32, gpu: u32| {
+        format!(
+            "{{instance=\"node1:9400\",gpu=\"{gpu}\",UUID=\"{uuid}\",device=\"nvidia{gpu}\",modelName=\"NVIDIA A100-SXM4-80GB\",Hostname=\"node1\",hpc_job=\"{job}\"}}"
+        )
+    };
+    // Job 7's first GPU measured at 30G (of its 40G quota); another job's GPU matches nothing.
+    add(
+        &format!("nvidia_gpu_memory_used_bytes{}", gpu_exporter("GPU-7-0", 7, 2)),
+        &(30 * GIB).to_string(),
+    );
+    add(
+        &format!("nvidia_gpu_memory_used_bytes{}", gpu_exporter("GPU-99-0", 99, 3)),
+        &GIB.to_string(),
+    );
+    add(&format!("DCGM_FI_DEV_FB_USED{}", dcgm("GPU-7-0", 7, 0)), "30720");
+    add(&format!("DCGM_FI_DEV_FB_USED{}", dcgm("GPU-99-0", 99, 1)), "1024");
+    // cgroup_exporter: job 7's cgroup is named by its SLUID (26.05), job 8's by its id.
+    let cgroup = |jobid: &str| {
+        format!("cgroup_memory_rss_bytes{{instance=\"node1:9306\",jobid=\"{jobid}\",step=\"\",task=\"\"}}")
+    };
+    add(&cgroup(SLUID), &(8 * GIB).to_string());
+    add(&cgroup("8"), &(4 * GIB).to_string());
+    add(&cgroup("99"), &GIB.to_string());
+
+    let expect = |query: &str, samples: &[(String, String)]| {
+        let mut out = format!(
+            "      - expr: {}\n        eval_time: 2m\n        exp_samples:\n",
+            yaml_quoted(query)
+        );
+        for (labels, value) in samples {
+            out += &format!(
+                "          - labels: {}\n            value: {value}\n",
+                yaml_quoted(labels)
+            );
+        }
+        out
+    };
+    let tests = format!(
+        "tests:\n  - interval: 1m\n    input_series:\n{series}    promql_expr_test:\n{}{}{}",
+        // An empty label (a GPU not split by MIG) is no label to Prometheus.
+        expect(
+            &joins[0],
+            &[(
+                gpu_exporter("GPU-7-0", 7, 2).replace(",GPU_I_ID=\"\"", ""),
+                "0.75".into()
+            )]
+        ),
+        expect(&joins[1], &[(dcgm("GPU-7-0", 7, 0), "0.75".into())]),
+        expect(
+            &joins[2],
+            &[
+                (
+                    format!("{{jobid=\"{SLUID}\",job_id=\"7\"}}"),
+                    (40 * GIB).to_string()
+                ),
+                ("{jobid=\"8\",job_id=\"8\"}".into(), (20 * GIB).to_string()),
+            ]
+        ),
+    );
+    let scratch = scratch_dir("joins");
+    let file = scratch.path().join("test.yml");
+    fs::write(&file, &tests).unwrap();
+    match promtool(&["test", "rules", file.to_str().unwrap()]) {
+        None => promtool_missing("test rules"),
+        Some((ok, said)) => assert!(ok, "promtool test rules:\n{said}\n{tests}"),
+    }
 }

@@ -15,6 +15,7 @@ fn two_gpu_job() -> JobMetrics {
     events.add(EventKind::OverQuota, 1);
     JobMetrics {
         job_id: 4242,
+        sluid: None,
         user: "alice".into(),
         // Out of order on purpose: the output lists GPUs by index.
         gpus: vec![
@@ -43,26 +44,26 @@ fn two_gpu_job() -> JobMetrics {
 fn renders_every_family_with_help_type_and_labels() {
     let want = r#"# HELP gpu_mem_quota_used_bytes GPU memory used by the job's processes on this GPU at the last sample.
 # TYPE gpu_mem_quota_used_bytes gauge
-gpu_mem_quota_used_bytes{job_id="4242",user="alice",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 32212254720
-gpu_mem_quota_used_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 12884901888
+gpu_mem_quota_used_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555",uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 32212254720
+gpu_mem_quota_used_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555",uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555",UUID="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 12884901888
 # HELP gpu_mem_quota_limit_bytes The job's GPU-memory quota on this GPU.
 # TYPE gpu_mem_quota_limit_bytes gauge
-gpu_mem_quota_limit_bytes{job_id="4242",user="alice",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 42949672960
-gpu_mem_quota_limit_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 42949672960
+gpu_mem_quota_limit_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555",uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 42949672960
+gpu_mem_quota_limit_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555",uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555",UUID="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 42949672960
 # HELP gpu_mem_quota_peak_bytes The most GPU memory the job's processes used on this GPU since the job started here.
 # TYPE gpu_mem_quota_peak_bytes gauge
-gpu_mem_quota_peak_bytes{job_id="4242",user="alice",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 33285996544
-gpu_mem_quota_peak_bytes{job_id="4242",user="alice",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 13958643712
+gpu_mem_quota_peak_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",gpu="0",gpu_uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555",uuid="GPU-1a2b3c4d-0000-1111-2222-333344445555",UUID="GPU-1a2b3c4d-0000-1111-2222-333344445555"} 33285996544
+gpu_mem_quota_peak_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",gpu="1",gpu_uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555",uuid="GPU-5e6f7a8b-0000-1111-2222-333344445555",UUID="GPU-5e6f7a8b-0000-1111-2222-333344445555"} 13958643712
 # HELP gpu_mem_quota_events_total Quota events of the job on this node, by kind (warn, over_quota, preempted, requeued, cancelled, held, oom, node_fail).
 # TYPE gpu_mem_quota_events_total counter
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="warn"} 2
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="over_quota"} 1
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="preempted"} 0
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="requeued"} 0
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="cancelled"} 0
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="held"} 0
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="oom"} 0
-gpu_mem_quota_events_total{job_id="4242",user="alice",kind="node_fail"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="warn"} 2
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="over_quota"} 1
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="preempted"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="requeued"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="cancelled"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="held"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="oom"} 0
+gpu_mem_quota_events_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",kind="node_fail"} 0
 "#;
     assert_eq!(render(&two_gpu_job()), want);
 }
@@ -104,39 +105,39 @@ fn the_jobs_telemetry_follows_marked_as_reported_by_the_job() {
         .expect("the measured families come first, unchanged");
     let want = r#"# HELP gpu_mem_quota_job_reported_allocated_bytes GPU memory the task's allocator says is allocated to tensors, as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_allocated_bytes gauge
-gpu_mem_quota_job_reported_allocated_bytes{job_id="4242",user="alice",task="0"} 25769803776
-gpu_mem_quota_job_reported_allocated_bytes{job_id="4242",user="alice",task="1"} 17179869184
+gpu_mem_quota_job_reported_allocated_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 25769803776
+gpu_mem_quota_job_reported_allocated_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 17179869184
 # HELP gpu_mem_quota_job_reported_reserved_bytes GPU memory the task's allocator says it holds (reserved), as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_reserved_bytes gauge
-gpu_mem_quota_job_reported_reserved_bytes{job_id="4242",user="alice",task="0"} 34359738368
-gpu_mem_quota_job_reported_reserved_bytes{job_id="4242",user="alice",task="1"} 34359738368
+gpu_mem_quota_job_reported_reserved_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 34359738368
+gpu_mem_quota_job_reported_reserved_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 34359738368
 # HELP gpu_mem_quota_job_reported_peak_allocated_bytes The most GPU memory the task's allocator says was allocated, as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_peak_allocated_bytes gauge
-gpu_mem_quota_job_reported_peak_allocated_bytes{job_id="4242",user="alice",task="0"} 33285996544
-gpu_mem_quota_job_reported_peak_allocated_bytes{job_id="4242",user="alice",task="1"} 33285996544
+gpu_mem_quota_job_reported_peak_allocated_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 33285996544
+gpu_mem_quota_job_reported_peak_allocated_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 33285996544
 # HELP gpu_mem_quota_job_reported_peak_reserved_bytes The most GPU memory the task's allocator says it held, as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_peak_reserved_bytes gauge
-gpu_mem_quota_job_reported_peak_reserved_bytes{job_id="4242",user="alice",task="0"} 34359738368
-gpu_mem_quota_job_reported_peak_reserved_bytes{job_id="4242",user="alice",task="1"} 34359738368
+gpu_mem_quota_job_reported_peak_reserved_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 34359738368
+gpu_mem_quota_job_reported_peak_reserved_bytes{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 34359738368
 # HELP gpu_mem_quota_job_reported_fragmentation_ratio 1 - allocated/reserved of the task's allocator, as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_fragmentation_ratio gauge
-gpu_mem_quota_job_reported_fragmentation_ratio{job_id="4242",user="alice",task="0"} 0.25
-gpu_mem_quota_job_reported_fragmentation_ratio{job_id="4242",user="alice",task="1"} 0.5
+gpu_mem_quota_job_reported_fragmentation_ratio{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 0.25
+gpu_mem_quota_job_reported_fragmentation_ratio{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 0.5
 # HELP gpu_mem_quota_job_reported_alloc_retries_total Times the task's allocator freed its cache and retried an allocation, as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_alloc_retries_total counter
-gpu_mem_quota_job_reported_alloc_retries_total{job_id="4242",user="alice",task="0"} 3
-gpu_mem_quota_job_reported_alloc_retries_total{job_id="4242",user="alice",task="1"} 3
+gpu_mem_quota_job_reported_alloc_retries_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 3
+gpu_mem_quota_job_reported_alloc_retries_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 3
 # HELP gpu_mem_quota_job_reported_ooms_total Out-of-memory errors the task's allocator raised, as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_ooms_total counter
-gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",task="0"} 1
-gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",task="1"} 1
+gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 1
+gpu_mem_quota_job_reported_ooms_total{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 1
 # HELP gpu_mem_quota_job_reported_updated_timestamp_seconds When the task last wrote its telemetry (Unix time), as reported by the job, not measured.
 # TYPE gpu_mem_quota_job_reported_updated_timestamp_seconds gauge
-gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="0"} 1796018400
-gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",task="1"} 1796018400
+gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="0"} 1796018400
+gpu_mem_quota_job_reported_updated_timestamp_seconds{job_id="4242",user="alice",jobid="4242",hpc_job="4242",task="1"} 1796018400
 # HELP gpu_mem_quota_job_reported_tasks_not_shown Tasks of the job on this node whose telemetry was read and not exported as series (at most 32 tasks are, one per process and task number).
 # TYPE gpu_mem_quota_job_reported_tasks_not_shown gauge
-gpu_mem_quota_job_reported_tasks_not_shown{job_id="4242",user="alice"} 1
+gpu_mem_quota_job_reported_tasks_not_shown{job_id="4242",user="alice",jobid="4242",hpc_job="4242"} 1
 "#;
     assert_eq!(added, want);
     match promtool_check(&text) {

@@ -37,9 +37,11 @@ use gmq_core::admission;
 use gmq_core::config;
 use gmq_core::controller::{ControlError, Controller, JobState};
 use gmq_core::launch::{self, Params, Provisional};
+use gmq_core::metrics::JobMetrics;
 use gmq_core::node_files;
 use gmq_core::quota::Identity;
 use gmq_core::size::ByteSize;
+use gmq_core::sluid::Sluid;
 use gmq_core::slurm_text::JobRecord;
 use gmq_core::watchdog::gpu::GpuSource;
 use gmq_core::watchdog::hard_limit::{self, InForce, Outcome};
@@ -783,8 +785,8 @@ impl Daemon {
     fn record(&mut self, last_record: &mut Option<String>) {
         let watchdog = &mut self.watchdog;
         watchdog.keep_record_current(Instant::now(), &mut self.control, &mut self.reporter);
-        self.metrics
-            .write(&watchdog.metrics(&self.user), &mut self.reporter);
+        let metrics = job_metrics(watchdog, &self.user, self.params.sluid);
+        self.metrics.write(&metrics, &mut self.reporter);
         // The record file holds the entry while the AdminComment lacks it as it is now: the
         // plugin writes it there when the batch script ends, and asks slurmctld nothing when the
         // file is not there.
@@ -829,8 +831,8 @@ impl Daemon {
             let kill = self.settings.kill_leftovers;
             gpu_leftovers::sweep(gpus, job, &self.user, runtime_dir, kill, &mut self.reporter);
         }
-        self.metrics
-            .remove(&self.watchdog.metrics(&self.user), &mut self.reporter);
+        let metrics = job_metrics(&self.watchdog, &self.user, self.params.sluid);
+        self.metrics.remove(&metrics, &mut self.reporter);
         if let Some(contender) = &self.contender {
             contender.leave();
         }
@@ -846,6 +848,15 @@ impl Daemon {
         if let Some(gpus) = self.gpus.as_ref() {
             clear_hard_limit(self.hard_limit.take(), gpus, &mut self.reporter);
         }
+    }
+}
+
+/// The job's metrics, with the SLUID slurmd gave the watchdog (26.05), so that a site joins them
+/// with jobstats' cgroup series, whose `jobid` is the SLUID there.
+fn job_metrics(watchdog: &Watchdog, user: &str, sluid: Option<Sluid>) -> JobMetrics {
+    JobMetrics {
+        sluid: sluid.map(|s| s.to_string()),
+        ..watchdog.metrics(user)
     }
 }
 
