@@ -6,6 +6,7 @@ mod admission;
 mod hard_limit;
 mod heal;
 mod hints;
+mod namespace;
 mod nodes;
 mod plugin;
 mod policy;
