@@ -74,7 +74,8 @@ fn a_job_under_contain_spank_is_watched_enforced_and_cleaned_up() {
         // the plugin refuses the task with a message that names the cause.
         assert!(started, "job {job} under {plugin}: {text}");
         assert!(
-            text.contains("/proc is a private one of the job's pid namespace") && !text.lines().any(|l| l == "started"),
+            text.contains("this task runs in a pid namespace of the job's own")
+                && !text.lines().any(|l| l == "started"),
             "job {job} under {plugin} with CLONE_NEWPID: {text}"
         );
         crate::watchdog::assert_cleaned_up(job);
