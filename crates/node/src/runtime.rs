@@ -190,17 +190,6 @@ fn poll_until(wait: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// Whether `proc_root` shows this machine's processes as this process sees them: its `self` names
-/// `pid`. Not so in a job's mount namespace whose /proc is that of a pid namespace of the job's own
-/// (Slurm 25.11's namespace/linux with CLONE_NEWPID mounts one; the task child that reads it is not
-/// in that pid namespace, so `self` resolves to nothing): the job's watchdog is not in it either.
-pub fn proc_shows_own_pid(proc_root: &Path, pid: u32) -> bool {
-    fs::read_link(proc_root.join("self"))
-        .ok()
-        .and_then(|target| target.to_str()?.parse::<u32>().ok())
-        == Some(pid)
-}
-
 /// Whether the watchdog of the job whose directory is `job_dir` runs on this node: its pid file
 /// names a live process, now or within `wait` (the job prolog starts it detached, so the job's
 /// first task may come first). Root only (the pid file is root's). Read-only: the job's lock is
@@ -265,18 +254,6 @@ pub fn read_node_facts(runtime_dir: &Path, job_id: u32) -> Option<NodeFacts> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_proc_of_another_pid_namespace_is_told_apart() {
-        let scratch = tempfile::Builder::new().prefix("gmq-proc-").tempdir().unwrap();
-        let proc_root = scratch.path();
-        // No `self` at all: a /proc where this process is not (or no /proc).
-        assert!(!proc_shows_own_pid(proc_root, 4242));
-        std::os::unix::fs::symlink("4242", proc_root.join("self")).unwrap();
-        assert!(proc_shows_own_pid(proc_root, 4242));
-        assert!(!proc_shows_own_pid(proc_root, 17));
-        assert!(proc_shows_own_pid(Path::new("/proc"), std::process::id()));
-    }
 
     #[test]
     fn inventory_sizes() {

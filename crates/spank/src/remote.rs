@@ -97,18 +97,7 @@ pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
     };
     let first = spank.task_local_id().map_err(|e| e.to_string())? == 0;
     let began = Instant::now();
-    // The task joined the job's namespaces before this hook (slurmstepd's
-    // _pre_task_child_privileged). In a pid namespace of the job's own (its parent slurmstepd is
-    // outside it: getppid() is 0), or with a /proc of another pid namespace, the watchdog's pid
-    // names nothing here.
-    let own_pid_namespace = std::os::unix::process::parent_id() == 0
-        || !runtime::proc_shows_own_pid(Path::new("/proc"), std::process::id());
-    let refusal = if own_pid_namespace {
-        Some(PRIVATE_PROC.to_string())
-    } else {
-        refusal_here(dir)
-    };
-    let Some(refusal) = refusal else {
+    let Some(refusal) = refusal_here(dir) else {
         // How long the task waited for its watchdog and the hard limit: the bound its start pays.
         if first {
             log::verbose(&format!(
@@ -130,13 +119,6 @@ pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
     let _ = REFUSED.set(refusal);
     Ok(())
 }
-
-/// Why a task in a pid namespace of the job's own may not start: the job's watchdog (outside it)
-/// cannot be seen, so a dead one could not be told from a live one.
-const PRIVATE_PROC: &str = "this task runs in a pid namespace of the job's own (the node's namespace \
-     plugin runs jobs with CLONE_NEWPID, e.g. namespace/linux): the job's watchdog cannot be seen \
-     from it, so its GPU memory quota cannot be enforced here; the node's admin must drop \
-     CLONE_NEWPID from namespace.yaml on GPU nodes (README, Slurm versions)";
 
 /// Why the job's tasks may not start on this node, from the job's directory there; `None`: they may.
 fn refusal_here(job_dir: &Path) -> Option<String> {
