@@ -50,6 +50,10 @@ check("2G unit", v.gres, "shard:20")
 check("--gres=gpu:1", decide({ quota = "40G", tres_per_node = "gres:gpu:fake:1" }).action, "keep")
 check("--gpus=2", decide({ quota = "40G", tres_per_job = "gres:gpu:2" }).action, "keep")
 check("--gpus-per-task", decide({ quota = "40G", tres_per_task = "gres/gpu:1" }).action, "keep")
+-- --gpus-per-node=1 reaches slurmctld as tres_per_node "gres/gpu:1", as --gres=gpu:1 does: 26.05's
+-- sbatch refuses the two together itself (slurm_opt.c), and this never adds a gpu entry to either.
+check("--gpus-per-node", decide({ quota = "40G", tres_per_node = "gres/gpu:1" }).action, "keep")
+check("--gpus-per-node and other gres", decide({ quota = "40G", tres_per_node = "gres/nic:1,gres/gpu:2" }).action, "keep")
 
 -- Explicit shards: agreeing ones pass, others are refused with both numbers.
 check("agreeing shards", decide({ quota = "40G", tres_per_node = "gres:shard:40" }).action, "keep")

@@ -99,3 +99,5 @@ def test_reserved_memory_is_read_from_squeue_in_every_release_spelling():
     assert day.reserved_bytes("gres:gpu:fake:1") == 80 * GIB
     assert day.reserved_bytes("gres/gpu:1,gres/shard:2") == 82 * GIB
     assert day.reserved_bytes("N/A") == 0
+    # 26.05 prints "-" for the shards of a GPU taken whole (sinfo's GresUsed): no shards.
+    assert day.reserved_bytes("gres/gpu:1,gres/shard:-") == 80 * GIB

@@ -7,6 +7,7 @@ mod hard_limit;
 mod heal;
 mod hints;
 mod jobstats;
+mod namespace;
 mod nodes;
 mod plugin;
 mod policy;

@@ -620,3 +620,89 @@ fn a_pending_jobs_gres_change_is_held_to_its_quota() {
         "job {job}: slurmctld's log does not say why"
     );
 }
+
+/// The lab's Slurm as (major, minor), from `scontrol --version` (`slurm 22.05.8`, `slurm-wlm 24.11.5`).
+fn slurm_major() -> (u32, u32) {
+    let version = admin("scontrol", &["--version"]);
+    let mut numbers = version
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .split('.')
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+}
+
+/// 26.05 makes `--gres=gpu:N` and `--gpus-per-node` mutually exclusive (Slurm commit 1a2bc58796, in
+/// sbatch/srun/salloc's option check, not in slurmctld): `--gpus-per-node` with `--gpu-mem-quota`
+/// is a whole GPU that the quota caps, as `--gres=gpu:N` is (job_submit.lua keeps it: no shards are
+/// added), the watchdog watches it, and on 26.05 the two together are refused by sbatch before
+/// anything is submitted. While the GPU is taken whole, 26.05's sinfo prints `-` for its shards
+/// used (GresUsed, commit f895b97376), where 24.11 prints 0.
+#[test]
+#[ignore = "needs the dev cluster (slurm/dev-cluster start)"]
+fn gpus_per_node_with_a_quota_is_a_whole_gpu_the_quota_caps() {
+    let _policy = install_policy(&policy("action = \"cancel\"\n"));
+    let dir = user_dir("shards-gpus-per-node");
+    let job = sbatch(
+        &dir,
+        &["--gpus-per-node=1", "--gpu-mem-quota=25G"],
+        &format!("{CLAIM}; echo started; claim 10G; sleep 6; claim 30G; sleep 60"),
+    );
+    let _cancel = Cancel(vec![job]);
+    assert!(
+        wait_until(Duration::from_secs(60), || output(&dir, job).contains("started")),
+        "job {job}: {}",
+        output(&dir, job)
+    );
+    assert!(
+        line_of(&dir, job).unwrap().ends_with("shards= quota=25G"),
+        "{}",
+        output(&dir, job)
+    );
+    assert_eq!(tres_per_node(job), "gpu:1", "job {job}");
+    // What sinfo says of the node's shards while the GPU is held whole.
+    let used = admin("sinfo", &["-h", "-N", "-O", "GresUsed:300"]);
+    let (major, minor) = slurm_major();
+    if (major, minor) >= (26, 5) {
+        assert!(used.contains("-/80"), "26.05 sinfo GresUsed: {used}");
+    } else {
+        assert!(!used.contains("-/"), "{major}.{minor} sinfo GresUsed: {used}");
+    }
+    eprintln!(
+        "Slurm {major}.{minor}: sinfo GresUsed with a GPU taken whole: {}",
+        used.trim()
+    );
+    assert!(
+        wait_until(Duration::from_secs(40), || job_field(job, "JobState")
+            == "CANCELLED"),
+        "job {job} over its 25G quota was not stopped: {}",
+        job_field(job, "JobState")
+    );
+    assert!(syslog().contains(&format!("job {job}: GPU memory 30G over its 25G quota")));
+
+    let before = last_job_id();
+    let both = as_user(
+        "sbatch",
+        &[
+            "--gres=gpu:1",
+            "--gpus-per-node=1",
+            "--gpu-mem-quota=25G",
+            "--wrap",
+            "true",
+        ],
+        &[],
+    );
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    if (major, minor) >= (26, 5) {
+        assert!(!both.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("--gpus-per-node and --gres=gpu are mutually exclusive"),
+            "{stderr}"
+        );
+        assert_eq!(last_job_id(), before, "something was submitted");
+    } else if both.status.success() {
+        // Earlier Slurm takes both; the job is not this test's.
+        let _ = admin("scancel", &[&last_job_id().to_string()]);
+    }
+}

@@ -279,7 +279,7 @@ fn allocates_gpus(tres_alloc: &str) -> bool {
             return false;
         };
         let gres = name.split(':').next().unwrap_or("");
-        matches!(gres, "gres/gpu" | "gres/shard") && count.parse::<u64>().ok() != Some(0)
+        matches!(gres, "gres/gpu" | "gres/shard") && super::gres_count(count) != Some(0)
     })
 }
 
@@ -295,9 +295,8 @@ fn shards_per_node(tres_per_node: &str, tres_alloc: &str, nodes: usize) -> Resul
         .filter(|gres| gres.split(':').next() == Some("shard"))
         .map(|gres| {
             let count = gres.rsplit(':').next().unwrap_or("");
-            count
-                .parse::<u64>()
-                .map_err(|_| format!("tres-per-node `{tres_per_node}` has no shard count"))
+            super::gres_count(count)
+                .ok_or_else(|| format!("tres-per-node `{tres_per_node}` has no shard count"))
         })
         .next();
     if let Some(count) = asked {
@@ -307,9 +306,7 @@ fn shards_per_node(tres_per_node: &str, tres_alloc: &str, nodes: usize) -> Resul
         .split(',')
         .find_map(|item| item.strip_prefix("gres/shard="))
         .map(|count| {
-            count
-                .parse::<u64>()
-                .map_err(|_| format!("tres-alloc `{tres_alloc}` has no shard count"))
+            super::gres_count(count).ok_or_else(|| format!("tres-alloc `{tres_alloc}` has no shard count"))
         })
         .transpose()?
         .unwrap_or(0);
@@ -435,6 +432,9 @@ mod tests {
             // Shards not asked per node: known on one node, the least on more.
             ("N/A", "cpu=2,gres/shard=12", 1, 12),
             ("N/A", "cpu=2,gres/shard=12", 3, 1),
+            // 26.05's `-` for no shards (sinfo's GresUsed): read as none, never as unreadable.
+            ("gres/gpu:1,gres/shard:-", "gres/gpu=1", 1, 0),
+            ("N/A", "cpu=1,gres/shard=-", 1, 0),
         ];
         for (per_node, alloc, nodes, want) in table {
             assert_eq!(
@@ -460,6 +460,8 @@ mod tests {
             ("cpu=1,gres/gpu:fake=2", true),
             ("cpu=1,gres/shard=3", true),
             ("cpu=1,gres/gpu=0", false),
+            ("cpu=1,gres/shard=-", false),
+            ("cpu=1,gres/gpu=1,gres/shard=-", true),
             ("cpu=1,node=1", false),
             ("", false),
         ] {

@@ -245,7 +245,7 @@ fn names_gpus(detail: &str) -> bool {
     split_items(detail).into_iter().any(|item| {
         let head = item.split('(').next().unwrap_or("");
         matches!(head.split(':').next(), Some("gpu" | "shard"))
-            && head.rsplit(':').next().and_then(|n| n.parse::<u64>().ok()) != Some(0)
+            && head.rsplit(':').next().and_then(super::gres_count) != Some(0)
     })
 }
 
@@ -259,9 +259,7 @@ fn shard_count(detail: &str) -> Result<u64, String> {
             continue;
         }
         let count = head.rsplit(':').next().unwrap_or("");
-        let count: u64 = count
-            .parse()
-            .map_err(|_| format!("`{item}` has no shard count"))?;
+        let count = super::gres_count(count).ok_or_else(|| format!("`{item}` has no shard count"))?;
         total = total.saturating_add(count);
     }
     Ok(total)
@@ -566,6 +564,10 @@ mod tests {
         assert_eq!(shard_count("shard:20(20/80:1)").unwrap(), 20);
         assert_eq!(shard_count("").unwrap(), 0);
         assert!(shard_count("shard:x(IDX:0)").is_err());
+        // 26.05 writes `-` for the shards of a GPU taken whole (GresUsed): none.
+        assert_eq!(shard_count("gpu:fake:1(IDX:0),shard:-(IDX:0)").unwrap(), 0);
+        assert!(names_gpus("gpu:fake:1(IDX:0),shard:-(IDX:0)"));
+        assert!(!names_gpus("shard:-(IDX:0)"));
         let json = TWO_JOBS.replace(r#""gpu:fake:1(IDX:0)""#, r#""shard:40(IDX:0)""#);
         let job = parse_squeue_json(&json, 12).unwrap();
         assert_eq!(job.shards_on("vm"), Some(40));
