@@ -1327,6 +1327,12 @@ fn a_data_parallel_pytorch_job_on_two_nodes_runs_one_geometry_on_every_rank() {
     let Some(python) = crate::torch_job::venv_python() else {
         return;
     };
+    // A node's /tmp is its own (slurm/lab-nodes): a venv below this machine's is not there.
+    assert!(
+        !Path::new(&python).starts_with("/tmp"),
+        "{python}: the lab's nodes each have a /tmp of their own, where this Python is not; run the \
+         tests from a checkout outside /tmp, or name a Python outside it with GMQ_TORCH_PYTHON"
+    );
     fresh_node_gpus(&nodes);
     let _policy = install_policy(&policy("action = \"requeue\"\nmax_requeues = 1\n"));
     let dir = user_dir("nodes-ddp");
