@@ -1365,12 +1365,7 @@ fn a_data_parallel_pytorch_job_on_two_nodes_runs_one_geometry_on_every_rank() {
         &format!("srun --label {task}"),
     );
     let _cancel = Cancel(vec![job]);
-    let ended = wait_until(Duration::from_secs(240), || {
-        !matches!(
-            job_field(job, "JobState").as_str(),
-            "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | ""
-        )
-    });
+    let ended = final_state(job, Duration::from_secs(240)).is_some();
     let out = output_of(&dir, job);
     let log = watchdog_lines(job);
     assert!(ended, "job {job} did not end: {out}");

@@ -463,13 +463,24 @@ pub fn admin_comment(job: u32) -> String {
     }
 }
 
+/// The job's state once it has ended and its epilog has run (no longer pending, running or
+/// COMPLETING), or `None` if it has not within `timeout`.
+pub fn final_state(job: u32, timeout: Duration) -> Option<String> {
+    let mut state = String::new();
+    wait_until(timeout, || {
+        state = job_field(job, "JobState");
+        !matches!(
+            state.as_str(),
+            "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | ""
+        )
+    })
+    .then_some(state)
+}
+
 /// The job's state once its epilog has run. `sbatch --wait` returns when the batch step ends,
 /// while the job may still be COMPLETING for a moment.
 pub fn ended_state(job: u32) -> String {
-    wait_until(Duration::from_secs(60), || {
-        job_field(job, "JobState") != "COMPLETING"
-    });
-    job_field(job, "JobState")
+    final_state(job, Duration::from_secs(60)).unwrap_or_else(|| job_field(job, "JobState"))
 }
 
 /// One field of `scontrol show job -o` (`JobState`, `Restarts`, `AdminComment`, ...).

@@ -122,12 +122,7 @@ fn a_pytorch_job_under_a_quota_below_its_first_micro_batch_adapts_without_a_requ
         metrics.contains("gpu_mem_quota_job_reported_fragmentation_ratio{"),
         "{metrics}"
     );
-    let done = wait_until(Duration::from_secs(180), || {
-        !matches!(
-            job_field(job, "JobState").as_str(),
-            "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING" | ""
-        )
-    });
+    let done = final_state(job, Duration::from_secs(180)).is_some();
     let out = output(&dir, job);
     let log = watchdog_lines(job);
     assert!(done, "job {job} did not end: {out}");
