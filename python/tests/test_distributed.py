@@ -3,6 +3,7 @@ a DDP-wrapped tiny model, a test budget that raises torch.cuda.OutOfMemoryError 
 against a reference trained in one process on the whole global batch with no limit."""
 
 import datetime
+import os
 import time
 import traceback
 from pathlib import Path
@@ -82,8 +83,17 @@ def _rank_main(rank, world, rendezvous, out_dir, schedule, limits):
         result["traceback"] = traceback.format_exc()
     result["ooms"] = budget.num_ooms
     result["parameters"] = [p.detach().clone() for p in model.parameters()]
-    torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    leave(result, Path(out_dir) / f"rank{rank}.pt")
+
+
+def leave(result, path):
+    """Save this rank's result and end the rank once every rank has saved. The exit skips the
+    interpreter's finalization, where gloo's threads may still free tensors and abort the process
+    (pytorch/pytorch#179291): seen once in CI as SIGABRT after the results were written."""
+    torch.save(result, path)
+    dist.barrier()
     dist.destroy_process_group()
+    os._exit(0)
 
 
 def run_ranks(tmp_path, world, schedule, limits):
@@ -214,9 +224,8 @@ def _observer_rank_main(rank, world, rendezvous, out_dir, limits):
         restart = observer.end(0)
     dist.barrier()
     config = config_with_geometry({"train_batch_size": 0}, controller, world, agreement=RankAgreement())
-    torch.save({"restart": restart, "geometry": (controller.geometry.micro, controller.geometry.accum),
-                "saved": geometry_file.load(), "config": config}, Path(out_dir) / f"rank{rank}.pt")
-    dist.destroy_process_group()
+    leave({"restart": restart, "geometry": (controller.geometry.micro, controller.geometry.accum),
+           "saved": geometry_file.load(), "config": config}, Path(out_dir) / f"rank{rank}.pt")
 
 
 def test_the_restart_based_adapters_restart_every_rank_at_one_geometry(tmp_path):
