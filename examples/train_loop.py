@@ -228,7 +228,7 @@ def out_of_memory(gpu, args, sample_bytes, step, micro, progress, need):
     """The device has no room for this micro-batch's activations (it is full, or the driver refuses past
     a hard limit): a forward pass allocates as it goes, so hold what the device grants in eighths of a
     sample until the next eighth does not fit, keep it --oom-after seconds, then fail as PyTorch does,
-    with exit status 1. What the process held is what NVML saw at the end: near the limit."""
+    with exit status 1 (or --oom-exit). What the process held is what NVML saw at the end: near the limit."""
     chunk = max(1, sample_bytes // 8)
     held = args.fixed
     if not gpu.use(held):
@@ -242,7 +242,7 @@ def out_of_memory(gpu, args, sample_bytes, step, micro, progress, need):
     print(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {chunk / gib:.2f} GiB. "
           f"{free}this process has {held / gib:.2f} GiB in use (step {step}, micro-batch {micro})",
           file=sys.stderr, flush=True)
-    sys.exit(1)
+    sys.exit(args.oom_exit)
 
 
 # --- the loop --------------------------------------------------------------------------------------------
@@ -270,6 +270,9 @@ def main():
     parser.add_argument("--oom-after", type=float, default=0.0,
                         help="seconds the failing forward pass holds what it got before the allocation that "
                              "fails (0.0)")
+    parser.add_argument("--oom-exit", type=int, default=1,
+                        help="exit status after an out-of-memory error (1, as PyTorch's); a site's retry "
+                             "may requeue another with slurm.conf's RequeueExit")
     parser.add_argument("--release-between-steps", action="store_true",
                         help="give activation memory back to the device between micro-steps; by default it "
                              "is kept, as PyTorch's caching allocator does (NVML sees the reserved peak)")
