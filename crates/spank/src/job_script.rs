@@ -20,11 +20,10 @@ use std::time::Duration;
 use super::handle::Spank;
 use super::{log, options};
 use gmq_core::config;
-use gmq_core::job_start::{self, JobStart};
-use gmq_core::launch::{self, Params, Provisional};
+use gmq_core::launch;
 use gmq_core::node_files::PrologWord;
 use gmq_core::plugin_args::parse_plugin_args;
-use gmq_core::quota::Identity;
+use gmq_core::prolog::{decide_prolog, PrologAction, PrologFacts};
 use gmq_core::size::ByteSize;
 use gmq_core::sluid::Sluid;
 use gmq_node::attribute::{signal, sweep_leftovers, JobOnNode, LeftoverOutcome, SWEEP_BUDGET};
@@ -62,78 +61,67 @@ pub(super) fn prolog(spank: &Spank) -> Result<(), String> {
     let Some(gpus) = slurmd_var("SLURM_JOB_GPUS").filter(|g| g != "NoDevFiles") else {
         return Ok(());
     };
-    let gpus = gmq_core::job_env::parse_gpu_list(&gpus).unwrap_or_default();
     let args = parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())?;
     let policy = config::load_for_job(&args.config, args.on_config_error);
-    let config = match &policy {
-        Ok(config) => config,
-        // The steps read the same policy and decide as the admin chose: refused, or unmonitored.
-        Err(e) => {
-            log::error(&format!(
-                "job {job_id}: no watchdog: the policy is unusable ({}, on_config_error = {})",
-                e.error, e.mode
-            ));
-            return Ok(());
-        }
-    };
     let uid = spank.job_uid().map_err(|e| e.to_string())?;
-    let user = gmq_node::passwd::user_name(uid).ok_or_else(|| format!("uid {uid} has no passwd entry"))?;
-    let who = Identity {
-        user: Some(user),
+    let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
+    let sluid = slurmd_var("SLURM_JOB_SLUID");
+    let gpus = gmq_core::job_env::parse_gpu_list(&gpus).unwrap_or_default();
+    let runtime_dir = policy.as_ref().ok().map(|config| &config.enforcement.runtime_dir);
+    let facts = PrologFacts {
+        job_id,
+        uid,
+        gid: spank.job_gid().map_err(|e| e.to_string())?,
+        user: gmq_node::passwd::user_name(uid),
         account: slurmd_var("SLURM_JOB_ACCOUNT"),
         partition: slurmd_var("SLURM_JOB_PARTITION"),
-        // In the prolog's environment from 26.05 on; before, `job_start` decides for every QOS
-        // the job may have, and the watchdog again with slurmctld's.
         qos: slurmd_var("SLURM_JOB_QOS"),
+        gpu_total: runtime_dir
+            .and_then(|dir| runtime::gpu_total(dir, &gpus))
+            .map(ByteSize::from_bytes),
+        gpus,
+        request: request.as_deref(),
+        preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
+        sluid: sluid.as_deref(),
+        policy: &policy,
+        config: &args.config,
     };
-    let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
-    let runtime_dir = &config.enforcement.runtime_dir;
-    let gpu_total = runtime::gpu_total(runtime_dir, &gpus).map(ByteSize::from_bytes);
-    // Shards are not in the credential: the watchdog holds the job to them (slurmctld's record).
-    let start = job_start::at_job_start(request.as_deref(), &policy, &who, gpu_total);
-    // Whatever was decided, a watchdog of the job's previous run must not outlive this one's
-    // start (at its exit it removes the job's directory, and with it this run's word).
-    stop_earlier_run(job_id, runtime_dir);
-    let (verdict, settled) = match start {
-        JobStart::Watch { verdict, settled } => (verdict, settled),
-        JobStart::Refuse(refusal) => {
+    let decision = decide_prolog(&facts);
+    for problem in &decision.problems {
+        log::error(&format!("job {job_id}: {problem}"));
+    }
+    let (runtime_dir, params, note) = match (decision.action, runtime_dir) {
+        (PrologAction::Watch { params, note }, Some(dir)) => (dir, params, note),
+        (PrologAction::Refuse(refusal), Some(dir)) => {
+            // A watchdog of the job's previous run must not outlive this one's start (at its exit
+            // it removes the job's directory, and with it this run's word).
+            stop_earlier_run(job_id, dir);
             log::error(&format!(
                 "job {job_id}: every task of the job on this node is refused: {refusal}"
             ));
-            if let Err(e) = runtime::write_prolog_word(runtime_dir, job_id, &PrologWord::Refused(refusal)) {
+            if let Err(e) = runtime::write_prolog_word(dir, job_id, &PrologWord::Refused(refusal)) {
                 // Without the word each task finds no watchdog, and is refused for that.
                 log::error(&format!("job {job_id}: cannot write the prolog's word: {e}"));
             }
             return Ok(());
         }
-        JobStart::Unwatched(why) => {
-            log::error(&format!("job {job_id}: no watchdog: {why}"));
+        (PrologAction::Nothing(why), _) => {
+            log::error(&format!("job {job_id}: {why}"));
             return Ok(());
         }
+        // Only a usable policy (one with a runtime directory) watches or refuses.
+        (_, None) => return Ok(()),
     };
+    stop_earlier_run(job_id, runtime_dir);
     if let Err(e) = runtime::write_prolog_word(runtime_dir, job_id, &PrologWord::Watched) {
         log::error(&format!(
             "job {job_id}: cannot write the prolog's word ({e}): the job's tasks here will be refused"
         ));
         return Ok(());
     }
-    let params = Params {
-        job_id,
-        uid,
-        gid: spank.job_gid().map_err(|e| e.to_string())?,
-        quota: verdict.quota,
-        gpus,
-        config: args.config.clone(),
-        preemptible: spank.getopt(&options::PREEMPTIBLE).ok().flatten().is_some(),
-        sluid: job_sluid(job_id),
-        provisional: (!settled).then(|| Provisional {
-            request: request.clone(),
-        }),
-    };
     log::verbose(&format!(
-        "job {job_id}: starting its watchdog here (GPU(s) {}, {})",
+        "job {job_id}: starting its watchdog here (GPU(s) {}, {note})",
         params.gpus.join(","),
-        verdict.note
     ));
     let mut env = spawn::clean_environment(
         slurmd_var("SLURM_CONF").as_deref(),
