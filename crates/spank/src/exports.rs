@@ -97,7 +97,7 @@ pub extern "C" fn slurm_spank_init_post_opt(sp: sys::spank_t, ac: c_int, av: *mu
     })
 }
 
-/// slurmstepd, once per step: decide the step's quota (never fails: see `remote`).
+/// slurmstepd, once per step: decide the step's quota (never fails: see `gmq_node::hooks::step`).
 #[no_mangle]
 pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
     run("user_init", Phase::Step, sp, ac, av, |spank| {
