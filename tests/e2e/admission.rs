@@ -116,7 +116,7 @@ fn k1_an_allocation_the_node_refuses_runs_no_task_there() {
     let log = slurmd_log();
     assert!(
         log.contains(&format!(
-            "error: gpu-mem-quota: job {job}: every task of the job on this node is refused: \
+            "error: gpu-mem-quota: prolog: job {job}: every task of the job on this node is refused: \
              --gpu-mem-quota=35G exceeds the 30G cap for account 'chemistry'"
         )),
         "slurmd.log has no refusal at error level for job {job}"

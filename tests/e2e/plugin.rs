@@ -75,7 +75,7 @@ fn bad_values_are_refused_before_anything_is_submitted() {
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{value:?} was accepted: {stderr}");
-        let named = format!("gpu-mem-quota: invalid --gpu-mem-quota '{value}': ");
+        let named = format!("gpu-mem-quota: submit: invalid --gpu-mem-quota '{value}': ");
         assert!(
             stderr.contains(&named) && stderr.contains(why),
             "{value:?}: {stderr}"
@@ -182,7 +182,7 @@ fn help_lists_the_option_and_slurmd_loaded_the_plugin() {
         "slurmd did not load the plugin"
     );
     assert!(
-        log.contains("gpu-mem-quota: loaded (config="),
+        log.contains("gpu-mem-quota: init: loaded (config="),
         "no load line from the plugin"
     );
     let unexpected: Vec<&str> = log

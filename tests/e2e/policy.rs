@@ -14,7 +14,7 @@ fn the_example_policy_caps_the_test_user_at_submission() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "35G was accepted: {stderr}");
     assert!(
-        stderr.contains("gpu-mem-quota: --gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'"),
+        stderr.contains("gpu-mem-quota: submit: --gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'"),
         "{stderr}"
     );
     assert_eq!(last_job_id(), before, "a refused submission created a job");

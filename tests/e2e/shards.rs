@@ -48,7 +48,8 @@ fn said_40g_lowered_to_10_shards() -> bool {
 
 /// Whether the job's own output says so, once (the step's first task's stderr).
 fn told_40g_lowered_to_10_shards(job: u32, output: &str) -> bool {
-    let line = format!("gpu-mem-quota: job {job}: --gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G");
+    let line =
+        format!("gpu-mem-quota: task: job {job}: --gpu-mem-quota=40G lowered to the job's 10 shard(s) x 1G");
     output.matches(&line).count() == 1
 }
 

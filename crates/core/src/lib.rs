@@ -15,7 +15,8 @@
 //!    (the textfile's format), `preempt` (victim choice, ranks, cooldowns); `slurm_text` (what
 //!    Slurm's commands print, read).
 //! 3. **The watchdog's interface**: `launch` (its command line), `controller` (the job in
-//!    slurmctld as the watchdog acts on it: the `Controller` trait, typed failures, record_entry).
+//!    slurmctld as the watchdog acts on it: the `Controller` trait, typed failures, record_entry),
+//!    `prolog` (what the job prolog decides on a node: whether and how the watchdog starts).
 
 #![forbid(unsafe_code)]
 
@@ -27,7 +28,6 @@ pub mod controller;
 pub mod dir_rule;
 pub mod hints;
 pub mod job_env;
-pub mod job_start;
 pub mod job_telemetry;
 pub mod json_number;
 pub mod launch;
@@ -36,6 +36,7 @@ pub mod node_files;
 pub mod plugin_args;
 pub mod predict;
 pub mod preempt;
+pub mod prolog;
 pub mod quota;
 pub mod record;
 pub mod request;

@@ -23,7 +23,7 @@ pub const PROLOG_FILE: &str = "prolog";
 /// job waits for it before it starts, so that nothing is allocated before the limit is set.
 pub const HARD_LIMIT_FILE: &str = "hard-limit";
 
-/// What the job prolog decided for the job on this node (`gmq_core::job_start`), as every task of
+/// What the job prolog decided for the job on this node (`gmq_core::prolog`), as every task of
 /// the job finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PrologWord {

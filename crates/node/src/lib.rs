@@ -11,12 +11,15 @@
 //! 2. **Slurm and the watchdog**: `slurmctl` (Slurm's commands), `slurm_controller` (gmq-core's
 //!    `Controller` over them), `spawn` (the watchdog started from inside slurmstepd), `slurmd`
 //!    (the node's slurmd, whose death the watchdog notices).
+//! 3. **The plugin's hooks**: `hooks` (each hook's body, generic over the SPANK handle: what it
+//!    gathers, the gmq-core decision it makes, what it does).
 //!
-//! The faces live in their own crates: the plugin's FFI edge (`gpu-mem-quota-spank`), which starts
-//! the watchdog through `spawn`, and the binary's commands (`gpu-mem-quota`: the watchdog, report,
+//! The faces live in their own crates: the plugin's FFI edge (`gpu-mem-quota-spank`: the symbols,
+//! the panic guard and the real handle, over `hooks`), and the binary's commands (`gpu-mem-quota`: the watchdog, report,
 //! check-config), over this crate and the planner (`gmq-plan`).
 
 pub mod attribute;
+pub mod hooks;
 pub mod passwd;
 pub mod preempt_registry;
 pub mod runtime;

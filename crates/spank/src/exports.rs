@@ -1,16 +1,17 @@
-//! What Slurm's plugin loader looks up by name: three data symbols and the hooks the plugin uses.
+//! What Slurm's plugin loader looks up by name: the data symbols and the hooks the plugin uses,
+//! each hook a dispatch on the context to a body in `gmq_node::hooks`.
 //!
 //! Only the hooks we need are exported. job_prolog and job_epilog make slurmd run a spank prolog and
 //! epilog stepd for every job: the price of a watchdog lifetime that Slurm guarantees. Every hook
-//! runs behind `guard`, which turns an error or a panic into a logged line and a SPANK error code:
-//! an unwinding panic across `extern "C"` would abort slurmstepd.
+//! runs behind `guard`, which turns an error or a panic into a logged line and a SPANK error code.
 
 use std::ffi::{c_char, c_int};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Once;
 
+use super::guard::guard;
 use super::handle::{Context, Spank};
-use super::{job_script, local, log, remote, sys};
+use super::sys;
+use gmq_node::hooks::step::StepMemory;
+use gmq_node::hooks::{job_end, job_script, step, submit, Phase};
 
 #[no_mangle]
 #[used]
@@ -39,44 +40,18 @@ pub static slurm_spank_init_failure_mode: c_int = ESPANK_NODE_FAILURE;
 /// ESPANK_NODE_FAILURE of 25.05's `<slurm/slurm_errno.h>` (see [`slurm_spank_init_failure_mode`]).
 pub(crate) const ESPANK_NODE_FAILURE: c_int = 3011;
 
-/// Runs a hook body: `Ok` → 0; `Err` → logged, -1; panic → logged as an internal error, -1.
-///
-/// Only 0 and -1, on every Slurm: 22.05 and 24.11 take some hooks' results as failed only when
-/// negative (slurmstepd: `spank_init(step) < 0`), 25.05 takes any non-zero result of a required
-/// plugin as failed (`_do_call_stack`, `rc = spank_init(step)`); -1 is a failure to all of them.
-pub(super) fn guard(hook: &str, body: impl FnOnce() -> Result<(), String>) -> c_int {
-    static QUIET_PANICS: Once = Once::new();
-    // The default panic hook writes to stderr (the user's terminal, or nowhere in slurmstepd);
-    // the guard logs the panic itself. This std is the plugin's own copy: the host is unaffected.
-    QUIET_PANICS.call_once(|| std::panic::set_hook(Box::new(|_| {})));
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(message)) => {
-            log::error(&message);
-            -1
-        }
-        Err(payload) => {
-            let what = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            log::error(&format!(
-                "internal error in {hook}: {what}; refusing this step rather than guessing"
-            ));
-            -1
-        }
-    }
-}
+/// What this slurmstepd keeps from `user_init` to its tasks' hooks.
+static STEP: StepMemory = StepMemory::new();
 
 fn run(
     hook: &'static str,
+    phase: Phase,
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
     body: impl FnOnce(&Spank) -> Result<(), String>,
 ) -> c_int {
-    guard(hook, || {
+    guard(hook, phase, || {
         // SAFETY: these are the arguments Slurm passed to this hook.
         let spank = unsafe { Spank::from_hook(sp, ac, av) };
         body(&spank)
@@ -88,12 +63,13 @@ fn run(
 /// nothing.
 fn run_never_failing(
     hook: &'static str,
+    phase: Phase,
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
     body: fn(&Spank) -> Result<(), String>,
 ) -> c_int {
-    let _ = run(hook, sp, ac, av, |spank| match spank.context() {
+    let _ = run(hook, phase, sp, ac, av, |spank| match spank.context() {
         Context::JobScript => body(spank),
         _ => Ok(()),
     });
@@ -103,14 +79,9 @@ fn run_never_failing(
 /// Every context: check the plugstack arguments, register the options (not in slurmd, which parses none).
 #[no_mangle]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("init", sp, ac, av, |spank| match spank.context() {
-        Context::Slurmd => local::check_plugin_args(spank).map(|args| {
-            log::info(&format!("loaded (config={})", args.config.display()));
-        }),
-        Context::Local | Context::Allocator | Context::Remote => {
-            local::check_plugin_args(spank)?;
-            local::register_options(spank)
-        }
+    run("init", Phase::Init, sp, ac, av, |spank| match spank.context() {
+        Context::Slurmd => submit::slurmd_init(spank),
+        Context::Local | Context::Allocator | Context::Remote => submit::register_options(spank),
         Context::JobScript | Context::Unknown => Ok(()),
     })
 }
@@ -118,18 +89,22 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
 /// Submit host, after the command line is parsed: check the request against the policy's caps.
 #[no_mangle]
 pub extern "C" fn slurm_spank_init_post_opt(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("init_post_opt", sp, ac, av, |spank| match spank.context() {
-        Context::Local | Context::Allocator => local::check_request(spank),
-        _ => Ok(()),
+    run("init_post_opt", Phase::Submit, sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Local | Context::Allocator => submit::check_request(spank),
+            _ => Ok(()),
+        }
     })
 }
 
-/// slurmstepd, once per step: decide the step's quota (never fails: see `remote`).
+/// slurmstepd, once per step: decide the step's quota (never fails: see `gmq_node::hooks::step`).
 #[no_mangle]
 pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("user_init", sp, ac, av, |spank| match spank.context() {
-        Context::Remote => remote::user_init(spank),
-        _ => Ok(()),
+    run("user_init", Phase::Step, sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Remote => step::user_init(spank, &STEP),
+            _ => Ok(()),
+        }
     })
 }
 
@@ -137,21 +112,21 @@ pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *m
 /// Never fails: a failing prolog drains the node.
 #[no_mangle]
 pub extern "C" fn slurm_spank_job_prolog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run_never_failing("job_prolog", sp, ac, av, job_script::prolog)
+    run_never_failing("job_prolog", Phase::Prolog, sp, ac, av, job_script::prolog)
 }
 
 /// The job epilog (root, after the job's last step on this node): stop the watchdog, and deal with
 /// what the job left in its cgroups. Never fails: a failing epilog drains the node.
 #[no_mangle]
 pub extern "C" fn slurm_spank_job_epilog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run_never_failing("job_epilog", sp, ac, av, job_script::epilog)
+    run_never_failing("job_epilog", Phase::Epilog, sp, ac, av, job_script::epilog)
 }
 
 /// The end of a step (every context calls it): in slurmstepd, the batch step's final record.
 #[no_mangle]
 pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("exit", sp, ac, av, |spank| match spank.context() {
-        Context::Remote => remote::exit(spank),
+    run("exit", Phase::Exit, sp, ac, av, |spank| match spank.context() {
+        Context::Remote => job_end::exit(spank),
         _ => Ok(()),
     })
 }
@@ -163,12 +138,17 @@ pub extern "C" fn slurm_spank_task_init_privileged(
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    let _ = run("task_init_privileged", sp, ac, av, |spank| {
-        match spank.context() {
-            Context::Remote => remote::task_init_privileged(spank),
+    let _ = run(
+        "task_init_privileged",
+        Phase::Task,
+        sp,
+        ac,
+        av,
+        |spank| match spank.context() {
+            Context::Remote => step::task_init_privileged(spank, &STEP),
             _ => Ok(()),
-        }
-    });
+        },
+    );
     0
 }
 
@@ -178,9 +158,11 @@ pub extern "C" fn slurm_spank_task_init_privileged(
 /// never let a user take a node out of service.
 #[no_mangle]
 pub extern "C" fn slurm_spank_task_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("task_init", sp, ac, av, |spank| match spank.context() {
-        Context::Remote => remote::task_init(spank),
-        _ => Ok(()),
+    run("task_init", Phase::Task, sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Remote => step::task_init(spank, &STEP),
+            _ => Ok(()),
+        }
     })
 }
 

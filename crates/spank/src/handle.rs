@@ -1,11 +1,12 @@
-//! A small safe handle over the raw SPANK API: what a hook may ask of Slurm, as Rust values.
+//! A small safe handle over the raw SPANK API: what a hook may ask of Slurm, as Rust values
+//! (`gmq_node::hooks::SpankHandle`, which the hook bodies are generic over).
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
 
-use super::options::SpankOption;
-use super::sys;
+use super::{log, options, sys};
+use gmq_node::hooks::{Level, PluginOption, SpankHandle};
 
 /// Where the plugin is running (`spank_context()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,9 +26,9 @@ pub(crate) enum Context {
 
 /// A SPANK call that failed, with Slurm's own words for why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SpankError {
-    pub(crate) call: &'static str,
-    pub(crate) code: sys::spank_err_t,
+struct SpankError {
+    call: &'static str,
+    code: sys::spank_err_t,
 }
 
 impl fmt::Display for SpankError {
@@ -102,12 +103,7 @@ impl Spank {
         Spank { raw, args }
     }
 
-    /// The words after the plugin's path on its plugstack.conf line.
-    pub(super) fn plugin_args(&self) -> &[String] {
-        &self.args
-    }
-
-    pub(super) fn context(&self) -> Context {
+    pub(crate) fn context(&self) -> Context {
         use sys::spank_context::*;
         // SAFETY: no arguments; reads Slurm's global plugin stack.
         match unsafe { sys::spank_context() } {
@@ -120,17 +116,16 @@ impl Spank {
         }
     }
 
-    pub(crate) fn register_option(&self, option: &SpankOption) -> Result<(), SpankError> {
-        let mut raw = option.to_raw();
+    fn register(&self, option: &PluginOption) -> Result<(), SpankError> {
+        let mut raw = options::to_raw(option);
         // SAFETY: `raw` points at 'static strings; Slurm copies what it keeps.
         check("spank_option_register", unsafe {
             sys::spank_option_register(self.raw, &mut raw)
         })
     }
 
-    /// The option's value if the job was given it (`None` if not).
-    pub(crate) fn getopt(&self, option: &SpankOption) -> Result<Option<String>, SpankError> {
-        let mut raw = option.to_raw();
+    fn option_value(&self, option: &PluginOption) -> Result<Option<String>, SpankError> {
+        let mut raw = options::to_raw(option);
         let mut value: *mut c_char = std::ptr::null_mut();
         // SAFETY: `raw` is valid for the call; Slurm sets `value` to a string it owns, or NULL.
         let code = unsafe { sys::spank_option_getopt(self.raw, &mut raw, &mut value) };
@@ -147,8 +142,7 @@ impl Spank {
         ))
     }
 
-    /// Sets a variable in the job's environment (batch script and tasks), replacing any value.
-    pub(super) fn setenv(&self, name: &str, value: &str) -> Result<(), SpankError> {
+    fn set(&self, name: &str, value: &str) -> Result<(), SpankError> {
         let name = c_string("spank_setenv", name)?;
         let value = c_string("spank_setenv", value)?;
         // SAFETY: both strings are valid for the call; Slurm copies them.
@@ -157,8 +151,7 @@ impl Spank {
         })
     }
 
-    /// Removes a variable from the job's environment; one that is not there is fine.
-    pub(crate) fn unsetenv(&self, name: &str) -> Result<(), SpankError> {
+    fn unset(&self, name: &str) -> Result<(), SpankError> {
         let name = c_string("spank_unsetenv", name)?;
         // SAFETY: the string is valid for the call.
         check("spank_unsetenv", unsafe {
@@ -168,7 +161,7 @@ impl Spank {
 
     /// Reads a variable of the job's environment, whatever its length (up to [`MAX_ENV_VALUE`]
     /// bytes): a long value read as unset would be overwritten, or an identity taken as unknown.
-    pub(super) fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+    fn get(&self, name: &str) -> Result<Option<String>, SpankError> {
         let name = c_string("spank_getenv", name)?;
         let mut len = 4096;
         loop {
@@ -198,53 +191,94 @@ impl Spank {
         }
     }
 
-    /// How many times the job was requeued, as slurmstepd knows it from slurmctld (the job's own
-    /// `SLURM_RESTART_COUNT` variable is the user's to set in srun steps). Slurm 22.05 answers 0 in
-    /// the batch step whatever the count (it keeps the count for the environment only).
-    pub(crate) fn restart_count(&self) -> Result<u32, SpankError> {
-        self.item(item!(S_SLURM_RESTART_COUNT: u32))
-    }
-
-    /// The job owner's uid (remote and local contexts).
-    pub(crate) fn job_uid(&self) -> Result<u32, SpankError> {
-        self.item(item!(S_JOB_UID: libc::uid_t))
-    }
-
-    /// The job owner's primary gid (remote context).
-    pub(crate) fn job_gid(&self) -> Result<u32, SpankError> {
-        self.item(item!(S_JOB_GID: libc::gid_t))
-    }
-
-    /// The step id (remote context): a number, or Slurm's special ids for the batch and extern steps.
-    pub(crate) fn step_id(&self) -> Result<u32, SpankError> {
-        self.item(item!(S_JOB_STEPID: u32))
-    }
-
-    /// The task's rank in the step (task contexts): 0 on one node of the step only.
-    pub(crate) fn task_global_id(&self) -> Result<u32, SpankError> {
-        self.item(item!(S_TASK_GLOBAL_ID: u32))
-    }
-
-    /// The task's rank on this node (task contexts): 0 once per node of the step.
-    pub(crate) fn task_local_id(&self) -> Result<i32, SpankError> {
-        // spank.h: `int *`, where the global id is a `uint32_t *`.
-        self.item(item!(S_TASK_ID: c_int))
-    }
-
-    /// The job id (remote, local and job-script contexts).
-    pub(super) fn job_id(&self) -> Result<u32, SpankError> {
-        self.item(item!(S_JOB_ID: u32))
-    }
-
     /// Reads one `spank_get_item` item that Slurm writes through a single `T *`.
-    fn item<T: Copy + Default>(&self, item: Item<T>) -> Result<T, SpankError> {
+    fn item<T: Copy + Default>(&self, item: Item<T>) -> Result<T, String> {
         let mut value = T::default();
-        // SAFETY: `Item`s are made only with `item!`, in this file, and each use above pairs an item
+        // SAFETY: `Item`s are made only with `item!`, in this file, and each use below pairs an item
         // with the C type spank.h documents for it (`uint32_t *`, `uid_t *`, `gid_t *`, `int *`):
         // Slurm writes one `T` into `value`, which we own, and keeps no pointer to it.
         check(item.call, unsafe {
             sys::spank_get_item(self.raw, item.item, &mut value as *mut T)
-        })?;
+        })
+        .map_err(|e| e.to_string())?;
         Ok(value)
+    }
+}
+
+impl SpankHandle for Spank {
+    fn plugin_args(&self) -> &[String] {
+        &self.args
+    }
+
+    fn register_option(&self, option: &PluginOption) -> Result<(), String> {
+        self.register(option).map_err(|e| e.to_string())
+    }
+
+    fn getopt(&self, option: &PluginOption) -> Result<Option<String>, String> {
+        self.option_value(option).map_err(|e| e.to_string())
+    }
+
+    fn given(&self, option: &PluginOption) -> Option<String> {
+        options::given(option)
+    }
+
+    fn getenv(&self, name: &str) -> Result<Option<String>, String> {
+        self.get(name).map_err(|e| e.to_string())
+    }
+
+    fn setenv(&self, name: &str, value: &str) -> Result<(), String> {
+        self.set(name, value).map_err(|e| e.to_string())
+    }
+
+    fn unsetenv(&self, name: &str) -> Result<(), String> {
+        self.unset(name).map_err(|e| e.to_string())
+    }
+
+    fn own_env(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|value| !value.is_empty())
+    }
+
+    fn job_id(&self) -> Result<u32, String> {
+        self.item(item!(S_JOB_ID: u32))
+    }
+
+    fn job_uid(&self) -> Result<u32, String> {
+        self.item(item!(S_JOB_UID: libc::uid_t))
+    }
+
+    fn job_gid(&self) -> Result<u32, String> {
+        self.item(item!(S_JOB_GID: libc::gid_t))
+    }
+
+    fn step_id(&self) -> Result<u32, String> {
+        self.item(item!(S_JOB_STEPID: u32))
+    }
+
+    fn task_global_id(&self) -> Result<u32, String> {
+        self.item(item!(S_TASK_GLOBAL_ID: u32))
+    }
+
+    fn task_local_id(&self) -> Result<i32, String> {
+        // spank.h: `int *`, where the global id is a `uint32_t *`.
+        self.item(item!(S_TASK_ID: c_int))
+    }
+
+    /// slurmstepd's count from slurmctld (the job's own `SLURM_RESTART_COUNT` is the user's to set
+    /// in srun steps).
+    fn restart_count(&self) -> Result<u32, String> {
+        self.item(item!(S_SLURM_RESTART_COUNT: u32))
+    }
+
+    fn slurm_version(&self) -> u32 {
+        sys::SLURM_VERSION_NUMBER
+    }
+
+    fn log(&self, level: Level, line: &str) {
+        log::log(level, line);
+    }
+
+    fn tell_job(&self, line: &str) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "{line}");
     }
 }

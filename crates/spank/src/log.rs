@@ -1,9 +1,11 @@
 //! Slurm's logger. In sbatch/srun/salloc it prints to the user's terminal; in slurmd and slurmstepd it
-//! goes to their log with the job and step in front. Every line starts with `gpu-mem-quota: `.
+//! goes to their log with the job and step in front. Every line starts with `gpu-mem-quota: ` and
+//! the phase (`gmq_node::hooks::Phase`).
 
 use std::ffi::CString;
 
 use super::sys;
+use gmq_node::hooks::Level;
 use gmq_node::PLUGIN_NAME;
 
 fn line(message: &str) -> CString {
@@ -12,17 +14,18 @@ fn line(message: &str) -> CString {
     CString::new(text.replace('\0', "\\0").replace('\n', " / ")).unwrap_or_default()
 }
 
-pub(super) fn info(message: &str) {
+pub(crate) fn log(level: Level, message: &str) {
+    let line = line(message);
     // SAFETY: "%s" with one valid NUL-terminated string is a well-formed printf call.
-    unsafe { sys::slurm_info(c"%s".as_ptr(), line(message).as_ptr()) }
+    unsafe {
+        match level {
+            Level::Info => sys::slurm_info(c"%s".as_ptr(), line.as_ptr()),
+            Level::Verbose => sys::slurm_verbose(c"%s".as_ptr(), line.as_ptr()),
+            Level::Error => sys::slurm_error(c"%s".as_ptr(), line.as_ptr()),
+        }
+    }
 }
 
-pub(super) fn error(message: &str) {
-    // SAFETY: as in `info`.
-    unsafe { sys::slurm_error(c"%s".as_ptr(), line(message).as_ptr()) }
-}
-
-pub(crate) fn verbose(message: &str) {
-    // SAFETY: as in `info`.
-    unsafe { sys::slurm_verbose(c"%s".as_ptr(), line(message).as_ptr()) }
+pub(crate) fn error(message: &str) {
+    log(Level::Error, message);
 }

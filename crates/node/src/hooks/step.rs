@@ -1,4 +1,4 @@
-//! slurmstepd on a compute node.
+//! slurmstepd on a compute node, for one step.
 //!
 //! - `user_init` (once per step, in slurmstepd): decide the step's quota from the option value, the
 //!   policy and the job's identity. It never fails: a failed `user_init` makes slurmd report
@@ -7,71 +7,88 @@
 //!   prolog's word, and its watchdog running.
 //! - `task_init` (each task's child, as the user, just before exec): apply the decisions: write the
 //!   environment, or fail the task (exit code 1) with the reason.
-//! - `exit` of the batch step (the batch script ended): write the run's final record.
 //!
 //! The job's watchdog on this node is started and stopped by the job prolog and epilog
-//! (`super::job_script`).
+//! (`super::job_script`); the batch step's end writes the run's record (`super::job_end`).
 //!
 //! The option value reaches this process through the job's environment, which the user controls:
 //! it is validated again here.
 
 use std::cell::OnceCell;
-use std::io::Write;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::handle::Spank;
-use super::{log, options};
+use super::{say, Phase, SpankHandle, BATCH, QUOTA};
+use crate::runtime;
+use crate::slurmctl::SlurmTools;
 use gmq_core::config;
-use gmq_core::controller::{record_entry, AdminComment, ControlError, Controller};
-use gmq_core::node_files;
 use gmq_core::node_files::{NodeFacts, PrologWord};
 use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
 use gmq_core::slurm_text::JobRecord;
 use gmq_core::step::{self, Said, Step, StepDecision, StepSources, BATCH_STEP};
-use gmq_node::runtime;
-use gmq_node::slurm_controller::SlurmController;
-use gmq_node::slurmctl::SlurmTools;
 
 /// What `user_init` decided for this step; every task child inherits it (they are forks).
 #[derive(Clone)]
-struct StepPlan {
+struct Decided {
     decision: StepDecision,
     /// The restart hints of a requeued job (decided once per step, from slurmctld's record).
     restart_hints: Vec<(&'static str, String)>,
 }
 
-static STEP: Mutex<Option<StepPlan>> = Mutex::new(None);
-
-fn step_plan() -> Option<StepPlan> {
-    STEP.lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .clone()
+/// What one slurmstepd keeps from hook to hook: the step's decision (`user_init`), and why a task
+/// may not start (its child, as root, before `task_init` as the user). The plugin keeps one in a
+/// static; plain process state, which every task child inherits.
+pub struct StepMemory {
+    decided: Mutex<Option<Decided>>,
+    refused: OnceLock<String>,
 }
 
-pub(crate) fn user_init(spank: &Spank) -> Result<(), String> {
+impl StepMemory {
+    pub const fn new() -> StepMemory {
+        StepMemory {
+            decided: Mutex::new(None),
+            refused: OnceLock::new(),
+        }
+    }
+
+    fn decided(&self) -> Option<Decided> {
+        self.decided
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+}
+
+impl Default for StepMemory {
+    fn default() -> Self {
+        StepMemory::new()
+    }
+}
+
+pub fn user_init(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), String> {
+    let log = say(spank, Phase::Step);
     let job = job_label(spank);
-    let plan = plan(spank);
+    let plan = decide(spank);
     match &plan.decision.verdict {
         Ok(v) => {
             if let Some(alarm) = &v.alarm {
-                log::error(&format!("job {job}: {alarm}"));
+                log.error(&format!("job {job}: {alarm}"));
             }
             // A quota lowered against what the user asked for is worth the admin's default level.
             match v.lowered {
-                Some(_) => log::info(&format!("job {job}: {}", v.note)),
-                None => log::verbose(&format!("job {job}: {}", v.note)),
+                Some(_) => log.info(&format!("job {job}: {}", v.note)),
+                None => log.verbose(&format!("job {job}: {}", v.note)),
             }
         }
-        Err(refusal) => log::error(&format!("job {job}: refusing the step's tasks: {refusal}")),
+        Err(refusal) => log.error(&format!("job {job}: refusing the step's tasks: {refusal}")),
     }
-    *STEP.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(plan);
+    *memory
+        .decided
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(plan);
     Ok(())
 }
-
-/// Why this task may not start, found in its child (as root) before `task_init` (as the user).
-static REFUSED: OnceLock<String> = OnceLock::new();
 
 /// How long a task waits for the job's watchdog to show itself: the job prolog, which started it
 /// detached, has returned before any step starts, and it writes its pid file at once.
@@ -88,19 +105,20 @@ const HARD_LIMIT_WAIT: Duration = Duration::from_secs(15);
 /// job's earlier run takes the restart's steps for that run's) refuses the task, rather than
 /// running it unwatched (review K1). Here and not in `user_init`, which runs with the user's
 /// privileges and cannot read the job's files. Never fails itself: `task_init` refuses the task.
-pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
-    let Some(plan) = step_plan() else {
+pub fn task_init_privileged(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), String> {
+    let log = say(spank, Phase::Task);
+    let Some(plan) = memory.decided() else {
         return Ok(());
     };
     let Some(dir) = plan.decision.watchdog_dir() else {
         return Ok(());
     };
-    let first = spank.task_local_id().map_err(|e| e.to_string())? == 0;
+    let first = spank.task_local_id()? == 0;
     let began = Instant::now();
     let Some(refusal) = refusal_here(dir) else {
         // How long the task waited for its watchdog and the hard limit: the bound its start pays.
         if first {
-            log::verbose(&format!(
+            log.verbose(&format!(
                 "job {}: the watchdog's word on the hard limit came {} ms after the first task's start",
                 job_label(spank),
                 began.elapsed().as_millis()
@@ -110,13 +128,13 @@ pub(super) fn task_init_privileged(spank: &Spank) -> Result<(), String> {
     };
     // Once per step and node in slurmd's log; each task says it in the job's output.
     if first {
-        log::error(&format!(
+        log.error(&format!(
             "job {}: refusing the step's tasks on node {}: {refusal}",
             job_label(spank),
-            gmq_node::slurmctl::this_node()
+            crate::slurmctl::this_node()
         ));
     }
-    let _ = REFUSED.set(refusal);
+    let _ = memory.refused.set(refusal);
     Ok(())
 }
 
@@ -153,16 +171,16 @@ fn refusal_here(job_dir: &Path) -> Option<String> {
     }
 }
 
-pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
+pub fn task_init(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), String> {
     // Should user_init not have run in this process, decide here: the same inputs, the same answer.
-    let plan = step_plan().unwrap_or_else(|| plan(spank));
+    let plan = memory.decided().unwrap_or_else(|| decide(spank));
     let job = job_label(spank);
     let verdict = plan
         .decision
         .verdict
         .as_ref()
         .map_err(|refusal| format!("job {job}: refusing to start the task: {refusal}"))?;
-    if let Some(refusal) = REFUSED.get() {
+    if let Some(refusal) = memory.refused.get() {
         return Err(format!("job {job}: refusing to start the task: {refusal}"));
     }
     let sources = FromSlurm::new(spank)?;
@@ -172,15 +190,15 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
     if let (Ok(BATCH_STEP), Some(quota), Some(tuning)) =
         (spank.step_id(), verdict.quota, &plan.decision.tuning)
     {
-        hints = restart_hints(spank, &sources, quota, tuning);
+        hints = restart_hints(spank, &sources, quota, tuning, Phase::Task);
     }
     // Told once per step, in the job's own output: the first task's stderr is the step's.
     if let (Some(lowered), Ok(0)) = (&verdict.lowered, spank.task_global_id()) {
-        let _ = writeln!(
-            std::io::stderr(),
-            "{}: job {job}: {lowered}",
-            gmq_node::PLUGIN_NAME
-        );
+        spank.tell_job(&format!(
+            "{}: {}: job {job}: {lowered}",
+            crate::PLUGIN_NAME,
+            Phase::Task
+        ));
     }
     let (set, unset) = step::task_env(&plan.decision, verdict, &sources, &hints);
     for (name, value) in &set {
@@ -199,37 +217,37 @@ pub(super) fn task_init(spank: &Spank) -> Result<(), String> {
 /// Slurm's commands as root may run them from slurmstepd: `SLURM_CONF` from slurmstepd's own
 /// environment (slurmd's), never the job's (in an srun step the user's srun writes it, and could
 /// point root's queries at a controller of their own). Quick: `timeout` per attempt, one retry.
-fn slurm_tools(timeout: std::time::Duration) -> SlurmTools {
+pub(super) fn slurm_tools(spank: &impl SpankHandle, timeout: Duration) -> SlurmTools {
     let mut tools = SlurmTools::find_configured();
     tools.timeout = timeout;
     // The plugin is built for the Slurm that loads it (slurmd checks major.minor).
-    let (major, minor) = gmq_node::slurmctl::JSON_JOB_READS_FROM;
-    tools.json_job_reads = super::sys::SLURM_VERSION_NUMBER >= (major << 16) | (minor << 8);
+    let (major, minor) = crate::slurmctl::JSON_JOB_READS_FROM;
+    tools.json_job_reads = spank.slurm_version() >= (major << 16) | (minor << 8);
     tools.backoff.pauses = vec![std::time::Duration::from_millis(500)];
     tools
 }
 
 /// What a step's decision reads, from SPANK, the job's watchdog's files and slurmctld: each file
 /// and slurmctld's record of the job read at most once per step.
-struct FromSlurm<'a> {
-    spank: &'a Spank,
+struct FromSlurm<'a, H> {
+    spank: &'a H,
     job_id: u32,
     facts: OnceCell<Option<NodeFacts>>,
     record: OnceCell<Result<JobRecord, String>>,
 }
 
-impl FromSlurm<'_> {
-    fn new(spank: &Spank) -> Result<FromSlurm<'_>, String> {
+impl<H: SpankHandle> FromSlurm<'_, H> {
+    fn new(spank: &H) -> Result<FromSlurm<'_, H>, String> {
         Ok(FromSlurm {
             spank,
-            job_id: spank.job_id().map_err(|e| e.to_string())?,
+            job_id: spank.job_id()?,
             facts: OnceCell::new(),
             record: OnceCell::new(),
         })
     }
 }
 
-impl StepSources for FromSlurm<'_> {
+impl<H: SpankHandle> StepSources for FromSlurm<'_, H> {
     fn env(&self, name: &str) -> Option<String> {
         self.spank.getenv(name).ok().flatten()
     }
@@ -244,7 +262,7 @@ impl StepSources for FromSlurm<'_> {
     fn job_record(&self) -> Result<JobRecord, String> {
         self.record
             .get_or_init(|| {
-                slurm_tools(std::time::Duration::from_secs(5))
+                slurm_tools(self.spank, Duration::from_secs(5))
                     .job_record(self.job_id)
                     .map_err(|e| e.to_string())
             })
@@ -262,13 +280,14 @@ impl StepSources for FromSlurm<'_> {
 }
 
 /// On a restart, the hints [`step::restart_hints`] gives, its lines logged.
-fn restart_hints(
-    spank: &Spank,
-    sources: &FromSlurm,
+fn restart_hints<H: SpankHandle>(
+    spank: &H,
+    sources: &FromSlurm<H>,
     quota: gmq_core::size::ByteSize,
     tuning: &step::Tuning,
+    phase: Phase,
 ) -> Vec<(&'static str, String)> {
-    let batch = spank.getopt(&options::BATCH).ok().flatten();
+    let batch = spank.getopt(&BATCH).ok().flatten();
     let (hints, said) = step::restart_hints(
         sources,
         spank.restart_count().unwrap_or(0),
@@ -277,120 +296,56 @@ fn restart_hints(
         batch.as_deref(),
     );
     let job = sources.job_id;
+    let log = say(spank, phase);
     for line in said {
         match line {
-            Said::Info(line) => log::info(&format!("job {job}: {line}")),
-            Said::Error(line) => log::error(&format!("job {job}: {line}")),
+            Said::Info(line) => log.info(&format!("job {job}: {line}")),
+            Said::Error(line) => log.error(&format!("job {job}: {line}")),
         }
     }
     hints
 }
 
-/// The batch script ended: its record goes into the AdminComment while slurmctld still takes it.
-/// (The job epilog stops the watchdog: `super::job_script`.)
-pub(super) fn exit(spank: &Spank) -> Result<(), String> {
-    if spank.step_id().map_err(|e| e.to_string())? != BATCH_STEP {
-        return Ok(());
-    }
-    let job = spank.job_id().map_err(|e| e.to_string())?;
-    let args = plugin_args(spank)?;
-    if let Ok(policy) = config::load(&args.config) {
-        record_at_job_end(job, &policy.enforcement.runtime_dir);
-    }
-    Ok(())
-}
-
-/// The batch script ended: put the watchdog's record of this run into the job's AdminComment now,
-/// while slurmctld still accepts updates (once the job completes it refuses them). Quick and
-/// bounded: one attempt each, two seconds at most; a failure is logged, the job is not held up.
-fn record_at_job_end(job: u32, runtime_dir: &Path) {
-    let path = node_files::job_dir(runtime_dir, job).join(node_files::RECORD_FILE);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return;
-    };
-    let Some(entry) = gmq_core::record::parse(&text)
-        .ok()
-        .flatten()
-        .and_then(|r| r.entries().first().cloned())
-    else {
-        return;
-    };
-    let mut tools = slurm_tools(std::time::Duration::from_secs(2));
-    tools.backoff.pauses.clear();
-    // The watchdog's own way to write its record, one attempt: the job's end may not be held up.
-    let mut slurm = SlurmController { job_id: job, tools };
-    let comment = match slurm.admin_comment() {
-        Ok(comment) => comment,
-        Err(e) => {
-            log::error(&format!(
-                "job {job}: cannot write the final record to AdminComment: {e}"
-            ));
-            return;
-        }
-    };
-    // Text that cannot be told apart from imitation is left as it is: an admin's words and the
-    // job's history must not go for this run's entry.
-    let Some(existing) = comment.readable() else {
-        if let AdminComment::Unreadable(why) = &comment {
-            log::error(&format!(
-                "job {job}: the AdminComment cannot be read ({why}): the final record is not written"
-            ));
-        }
-        return;
-    };
-    match record_entry(&mut slurm, existing, &entry, false) {
-        Ok(_) => {}
-        // Cancelled, or out of time: the watchdog kept the record while the job ran.
-        Err(ControlError::JobGone(_)) => log::verbose(&format!(
-            "job {job}: the job has ended before its batch script: its record is the one kept while it ran"
-        )),
-        Err(e) => log::error(&format!(
-            "job {job}: cannot write the final record to AdminComment: {e}"
-        )),
-    }
-}
-
-fn plugin_args(spank: &Spank) -> Result<PluginArgs, String> {
+pub(super) fn plugin_args(spank: &impl SpankHandle) -> Result<PluginArgs, String> {
     parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())
 }
 
 /// Decides the step ([`step::decide_step`]) from what slurmstepd knows; a hook that cannot read
 /// its own handle refuses the step's tasks.
-fn plan(spank: &Spank) -> StepPlan {
+fn decide(spank: &impl SpankHandle) -> Decided {
     let decided = (|| {
         let args = plugin_args(spank)?;
-        let request = spank.getopt(&options::QUOTA).map_err(|e| e.to_string())?;
+        let request = spank.getopt(&QUOTA)?;
         let policy = config::load_for_job(&args.config, args.on_config_error);
-        let uid = spank.job_uid().map_err(|e| e.to_string())?;
-        let user =
-            gmq_node::passwd::user_name(uid).ok_or_else(|| format!("uid {uid} has no passwd entry"))?;
+        let uid = spank.job_uid()?;
+        let user = crate::passwd::user_name(uid).ok_or_else(|| format!("uid {uid} has no passwd entry"))?;
         let sources = FromSlurm::new(spank)?;
         let step = Step {
             job_id: sources.job_id,
-            step_id: spank.step_id().map_err(|e| e.to_string())?,
+            step_id: spank.step_id()?,
             user,
             request: request.as_deref(),
             policy: &policy,
-            node: &gmq_node::slurmctl::this_node(),
+            node: &crate::slurmctl::this_node(),
         };
         let decision = step::decide_step(&step, &sources);
         for problem in &decision.problems {
-            log::error(&format!("job {}: {problem}", step.job_id));
+            say(spank, Phase::Step).error(&format!("job {}: {problem}", step.job_id));
         }
         // Once per step; the batch step's in its task (see task_init).
         let restart_hints = match (&decision.verdict, &decision.tuning) {
             (Ok(verdict), Some(tuning)) if !step.is_batch() => match verdict.quota {
-                Some(quota) => restart_hints(spank, &sources, quota, tuning),
+                Some(quota) => restart_hints(spank, &sources, quota, tuning, Phase::Step),
                 None => Vec::new(),
             },
             _ => Vec::new(),
         };
-        Ok(StepPlan {
+        Ok(Decided {
             decision,
             restart_hints,
         })
     })();
-    decided.unwrap_or_else(|refusal: String| StepPlan {
+    decided.unwrap_or_else(|refusal: String| Decided {
         decision: StepDecision {
             verdict: Err(refusal),
             status_file: None,
@@ -401,9 +356,120 @@ fn plan(spank: &Spank) -> StepPlan {
     })
 }
 
-fn job_label(spank: &Spank) -> String {
+fn job_label(spank: &impl SpankHandle) -> String {
     spank
         .job_id()
         .map(|id| id.to_string())
         .unwrap_or_else(|_| "?".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hooks::fake::{FakeSpank, JOB};
+    use crate::hooks::Level;
+
+    /// A policy capped at 30G whose runtime directory is in `scratch`, and the batch step of a job
+    /// with GPU 0 on this node.
+    fn batch_step(scratch: &Path, request: &str) -> FakeSpank {
+        let policy = format!(
+            "[defaults]\nmax = \"30G\"\n[enforcement]\nruntime_dir = \"{}\"\n",
+            scratch.join("run").display()
+        );
+        std::fs::write(scratch.join("policy.toml"), policy).unwrap();
+        FakeSpank::new(&scratch.join("policy.toml"))
+            .with_option(&QUOTA, request)
+            .with_env("SLURM_JOB_GPUS", "0")
+    }
+
+    fn scratch() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("gmq-hooks-").tempdir().unwrap()
+    }
+
+    /// The step's hooks in the order slurmstepd runs them: user_init, then one task's child.
+    fn run(spank: &FakeSpank) -> Result<(), String> {
+        let memory = StepMemory::new();
+        user_init(spank, &memory)?;
+        task_init_privileged(spank, &memory)?;
+        task_init(spank, &memory)
+    }
+
+    #[test]
+    fn a_request_over_the_cap_refuses_the_steps_tasks() {
+        let scratch = scratch();
+        let spank = batch_step(scratch.path(), "35G");
+        let refusal = "--gpu-mem-quota=35G exceeds the 30G cap for this cluster (defaults.max)";
+        assert_eq!(
+            run(&spank),
+            Err(format!("job {JOB}: refusing to start the task: {refusal}"))
+        );
+        assert_eq!(
+            spank.lines(Level::Error),
+            vec![format!("step: job {JOB}: refusing the step's tasks: {refusal}")]
+        );
+        assert_eq!(spank.env.borrow().get("GPU_MEM_QUOTA"), None);
+    }
+
+    #[test]
+    fn a_task_without_the_prologs_word_never_runs_unwatched() {
+        // K1: the request is accepted, but no prolog said the job is watched here.
+        let scratch = scratch();
+        let spank = batch_step(scratch.path(), "20G");
+        let refused = run(&spank).unwrap_err();
+        assert!(
+            refused.starts_with(&format!(
+                "job {JOB}: refusing to start the task: the job prolog left no word on this node"
+            )),
+            "{refused}"
+        );
+        let errors = spank.lines(Level::Error);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with(&format!("task: job {JOB}: refusing the step's tasks on node ")),
+            "{errors:?}"
+        );
+        // Where the prolog refused, the task says the prolog's reason.
+        let runtime_dir = scratch.path().join("run");
+        let refusal = PrologWord::Refused("over the cap for QOS 'debug'".into());
+        runtime::write_prolog_word(&runtime_dir, JOB, &refusal).unwrap();
+        assert_eq!(
+            run(&spank),
+            Err(format!(
+                "job {JOB}: refusing to start the task: the job prolog refused the job's request on \
+                 this node: over the cap for QOS 'debug'"
+            ))
+        );
+        // Where it watched and no watchdog runs: refused too, after the watchdog's start wait.
+        runtime::write_prolog_word(&runtime_dir, JOB, &PrologWord::Watched).unwrap();
+        let refused = run(&spank).unwrap_err();
+        assert!(
+            refused.contains("no watchdog of the job runs on this node"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_cpu_only_step_is_left_exactly_as_it_was() {
+        let scratch = scratch();
+        let spank = FakeSpank {
+            step_id: 0,
+            ..batch_step(scratch.path(), "20G")
+        }
+        .with_env("SLURM_JOB_GPUS", "")
+        .with_env("GPU_MEM_QUOTA", "999G");
+        assert_eq!(run(&spank), Ok(()));
+        assert_eq!(
+            spank.lines(Level::Verbose),
+            vec![format!(
+                "step: job {JOB}: no GPU of the job on this node: no quota here"
+            )]
+        );
+        // Not even a variable of ours is touched: the step has no quota to speak of.
+        let env = spank.env.borrow();
+        assert_eq!(
+            env.get("GPU_MEM_QUOTA").map(String::as_str),
+            Some("999G"),
+            "{env:?}"
+        );
+    }
 }
