@@ -45,7 +45,7 @@ const MIN_BATCH_SCALE: Hundredths = Hundredths::new(1);
 
 /// What ended (or endangered) the previous run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LastEvent {
+pub enum RestartCause {
     /// Our watchdog requeued it for using more than its quota.
     OverQuota,
     /// Our watchdog requeued it to free memory for a higher-priority job on a contended GPU.
@@ -55,25 +55,29 @@ pub enum LastEvent {
     NearOom,
 }
 
-impl LastEvent {
+impl RestartCause {
     pub(crate) const fn as_str(self) -> &'static str {
         match self {
-            LastEvent::OverQuota => "over-quota",
-            LastEvent::Preempted => "preempted",
-            LastEvent::NearOom => "near-oom",
+            RestartCause::OverQuota => "over-quota",
+            RestartCause::Preempted => "preempted",
+            RestartCause::NearOom => "near-oom",
         }
     }
 
-    /// The inverse of [`LastEvent::as_str`], for records that store the name.
+    /// The inverse of [`RestartCause::as_str`], for records that store the name.
     #[cfg(test)]
-    pub(crate) fn from_name(name: &str) -> Option<LastEvent> {
-        [LastEvent::OverQuota, LastEvent::Preempted, LastEvent::NearOom]
-            .into_iter()
-            .find(|e| e.as_str() == name)
+    pub(crate) fn from_name(name: &str) -> Option<RestartCause> {
+        [
+            RestartCause::OverQuota,
+            RestartCause::Preempted,
+            RestartCause::NearOom,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == name)
     }
 }
 
-impl fmt::Display for LastEvent {
+impl fmt::Display for RestartCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -85,7 +89,7 @@ pub struct PreviousRun {
     /// Our count of GPU-memory requeues so far.
     pub restarts: u32,
     /// `Some(OverQuota | Preempted | NearOom)` when our watchdog requeued it for GPU memory.
-    pub(crate) requeued_for: Option<LastEvent>,
+    pub(crate) requeued_for: Option<RestartCause>,
     /// Its peak on its busiest GPU, when the record has one.
     pub peak: Option<ByteSize>,
 }
@@ -101,12 +105,12 @@ pub fn restart_event(
     quota: ByteSize,
     gpu_total: ByteSize,
     near_margin: f64,
-) -> Option<LastEvent> {
+) -> Option<RestartCause> {
     if let Some(event) = previous.requeued_for {
         return Some(event);
     }
     let peak = previous.peak?;
-    near_oom(peak, quota, gpu_total, near_margin).then_some(LastEvent::NearOom)
+    near_oom(peak, quota, gpu_total, near_margin).then_some(RestartCause::NearOom)
 }
 
 /// Whether a run that peaked at `peak` came near out of memory: within `near_margin` (a fraction,
@@ -121,7 +125,7 @@ pub fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margi
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HintInputs {
     pub restarts: u32,
-    pub last_event: LastEvent,
+    pub last_event: RestartCause,
     /// The previous run's peak on its busiest GPU.
     pub last_peak: ByteSize,
     pub quota: ByteSize,
@@ -160,7 +164,7 @@ impl BatchAdvice {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RestartHints {
     pub restarts: u32,
-    pub last_event: LastEvent,
+    pub last_event: RestartCause,
     pub last_peak: ByteSize,
     /// The factor per-step memory should shrink by; 1.00 when the last peak already fits.
     pub batch_scale: Hundredths,
@@ -173,7 +177,7 @@ pub fn restart_hints(inputs: &HintInputs) -> RestartHints {
     let limit = inputs.quota.min(inputs.gpu_total);
     let fixed = inputs.fixed_estimate.map_or(0, ByteSize::bytes);
     // A preempted job made room for another; if it stayed within its quota, it fits as it was.
-    let scale = if inputs.last_event == LastEvent::Preempted && inputs.last_peak <= limit {
+    let scale = if inputs.last_event == RestartCause::Preempted && inputs.last_peak <= limit {
         Hundredths::ONE
     } else {
         batch_scale(
@@ -312,7 +316,7 @@ mod tests {
     fn inputs(peak: u64, fixed: Option<u64>, batch: Option<(u32, u32)>) -> HintInputs {
         HintInputs {
             restarts: 1,
-            last_event: LastEvent::OverQuota,
+            last_event: RestartCause::OverQuota,
             last_peak: gb(peak),
             quota: gb(40),
             gpu_total: gb(80),
@@ -380,7 +384,7 @@ mod tests {
         // Defect 2: 39G of a 40G quota is above the 5 % safety target, but preemption is no sign
         // that the job is too big.
         let mut i = inputs(39, None, Some((8, 8)));
-        i.last_event = LastEvent::Preempted;
+        i.last_event = RestartCause::Preempted;
         let hints = restart_hints(&i);
         assert_eq!(hints.batch_scale, Hundredths::ONE);
         assert_eq!(hints.batch.map(|b| (b.micro, b.accum)), Some((8, 8)));
@@ -449,7 +453,7 @@ mod tests {
 
     #[test]
     fn which_restarts_deserve_hints() {
-        use LastEvent::*;
+        use RestartCause::*;
         let run = |requeued_for, peak: Option<u64>| PreviousRun {
             restarts: 1,
             requeued_for,
@@ -481,9 +485,13 @@ mod tests {
 
     #[test]
     fn event_names_round_trip() {
-        for e in [LastEvent::OverQuota, LastEvent::Preempted, LastEvent::NearOom] {
-            assert_eq!(LastEvent::from_name(e.as_str()), Some(e));
+        for e in [
+            RestartCause::OverQuota,
+            RestartCause::Preempted,
+            RestartCause::NearOom,
+        ] {
+            assert_eq!(RestartCause::from_name(e.as_str()), Some(e));
         }
-        assert_eq!(LastEvent::from_name("oom"), None);
+        assert_eq!(RestartCause::from_name("oom"), None);
     }
 }

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::GpuUsage;
-use crate::controller::{ControlError, Controller, JobState};
+use crate::controller::{ControlError, Controller, SlurmJob};
 use crate::size::ByteSize;
 
 /// How often a watchdog that has no job cgroup to look at asks slurmctld whether its job still runs.
@@ -32,7 +32,7 @@ pub fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<b
 /// count, when known): running, and not restarted since. A job requeued for a node failure is
 /// pending, or running again with one more restart, possibly on other nodes; what is left of the
 /// old run on a node whose slurmd died is no longer the job's to act for.
-pub fn is_this_run(job: &JobState, run: Option<u32>) -> bool {
+pub fn is_this_run(job: &SlurmJob, run: Option<u32>) -> bool {
     job.is_running() && run.is_none_or(|r| r == job.restarts)
 }
 
@@ -65,7 +65,7 @@ pub const UNSETTLED_ASKS: u32 = 6;
 /// never inferred from this node's side alone (a slurmd not found, a job gone): only slurmctld's
 /// NODE_FAIL or requeue with this node DOWN says it.
 pub fn slurmd_gone_run(
-    job: Result<&JobState, &ControlError>,
+    job: Result<&SlurmJob, &ControlError>,
     run: Option<u32>,
     node_down: Option<bool>,
     unsettled: u32,
@@ -228,8 +228,8 @@ mod tests {
     use super::*;
 
     /// A two-node job in `state`, after `restarts` requeues.
-    fn job(state: crate::slurm_text::JobState, restarts: u32) -> JobState {
-        JobState {
+    fn job(state: crate::slurm_text::JobState, restarts: u32) -> SlurmJob {
+        SlurmJob {
             state,
             restarts,
             requeueable: true,
@@ -301,7 +301,7 @@ mod tests {
         // (what, job, run, node down, earlier unsettled answers, verdict)
         type Case = (
             &'static str,
-            Result<JobState, ControlError>,
+            Result<SlurmJob, ControlError>,
             Option<u32>,
             Option<bool>,
             u32,

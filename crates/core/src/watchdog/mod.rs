@@ -29,7 +29,7 @@ use crate::predict::{self, PredictParams, Sample};
 use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
-use ladder::{JobFacts, Ladder, Step};
+use ladder::{ActFacts, Ladder, LadderStep};
 use shared_record::{count_action, record_first, requeues_caused, Recorded};
 
 /// Which processes are the job's. `None`: the process is gone.
@@ -402,8 +402,8 @@ impl Watchdog {
             status::JobHealth::Ok
         };
         let flow = match step {
-            Step::Nothing | Step::Over { .. } => Flow::Continue,
-            Step::Warn => {
+            LadderStep::Nothing | LadderStep::Over { .. } => Flow::Continue,
+            LadderStep::Warn => {
                 if let Some(record) = &mut self.entry {
                     record.count_event(EventKind::Warn, unix_now());
                 }
@@ -418,7 +418,7 @@ impl Watchdog {
                 }
                 Flow::Continue
             }
-            Step::Recovered => {
+            LadderStep::Recovered => {
                 if let Some(not_logged) = self.ladder.lines.admit(ladder::Crossing::Recovered, now) {
                     report.info(&format!(
                         "GPU memory back under {:.0}% of the warn threshold{}",
@@ -428,7 +428,7 @@ impl Watchdog {
                 }
                 Flow::Continue
             }
-            Step::Act => self.act(gpus, attributor, control, report, quota),
+            LadderStep::Act => self.act(gpus, attributor, control, report, quota),
         };
         report.status(&self.status(Some(quota)));
         flow
@@ -523,7 +523,7 @@ impl Watchdog {
                 job.restarts
             }
         };
-        let facts = JobFacts {
+        let facts = ActFacts {
             requeueable: job.requeueable,
             requeues_by_us,
         };
