@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::atoms::{decode, encode, number};
 use super::error::bad_item;
-use super::text::{decode, encode, number};
 use super::{EventCounts, EventKind, Facts, RecordError};
 
 /// The most node-runs a summary may list: far more than Slurm's nodes in one job, and a bound on

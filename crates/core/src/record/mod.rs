@@ -14,6 +14,7 @@
 //! [`merge()`], writes the result back (`scontrol update JobId=N AdminComment=...`, one argv word) and
 //! checks the write with [`is_recorded`].
 
+mod atoms;
 mod budget;
 mod error;
 mod event;
@@ -23,13 +24,13 @@ mod locate;
 mod merge;
 mod text;
 
-pub use budget::MAX_NODES_WITH_IDS;
+pub use budget::{render, MAX_NODES_WITH_IDS};
 pub use error::RecordError;
 pub use event::LastEvent;
 pub use event::{EventCounts, EventKind};
 pub use ledger::Counts;
 pub use merge::{is_recorded, merge};
-pub use text::{parse, render};
+pub use text::parse;
 
 use crate::size::ByteSize;
 
