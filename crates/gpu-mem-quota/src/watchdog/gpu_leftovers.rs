@@ -80,18 +80,15 @@ pub(crate) fn decide(
 }
 
 /// Samples the job's GPUs once more, decides ([`decide`]) and acts, one log line per process.
+/// The roots (`/proc`, `/sys/fs/cgroup`) are the caller's, as everywhere below the daemon.
 pub(crate) fn sweep(
     source: &mut dyn GpuSource,
     (job_id, uid): (u32, u32),
     user: &str,
-    runtime_dir: &Path,
+    (runtime_dir, proc_root, cgroup_root): (&Path, &Path, &Path),
     kill: bool,
     report: &mut dyn Reporter,
 ) {
-    let (proc_root, cgroup_root) = (
-        Path::new(super::daemon::PROC_ROOT),
-        Path::new(super::daemon::CGROUP_ROOT),
-    );
     let samples: Vec<GpuSample> = match source.sample() {
         Ok(samples) => samples.into_iter().filter(|s| s.listed).collect(),
         Err(e) => {

@@ -827,9 +827,13 @@ impl Daemon {
         // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
         if let (Some(gpus), true) = (self.gpus.as_mut(), self.run_over || stop_requested()) {
             let job = (self.params.job_id, self.params.uid);
-            let runtime_dir = &self.settings.runtime_dir;
+            let roots = (
+                self.settings.runtime_dir.as_path(),
+                Path::new(PROC_ROOT),
+                Path::new(CGROUP_ROOT),
+            );
             let kill = self.settings.kill_leftovers;
-            gpu_leftovers::sweep(gpus, job, &self.user, runtime_dir, kill, &mut self.reporter);
+            gpu_leftovers::sweep(gpus, job, &self.user, roots, kill, &mut self.reporter);
         }
         let metrics = job_metrics(&self.watchdog, &self.user, self.params.sluid);
         self.metrics.remove(&metrics, &mut self.reporter);
