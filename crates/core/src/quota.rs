@@ -52,7 +52,7 @@ impl Identity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleRef {
     pub kind: RuleKind,
-    pub name: String,
+    pub(crate) name: String,
 }
 
 impl RuleRef {
@@ -80,7 +80,7 @@ pub enum Setting {
 }
 
 impl Setting {
-    pub const fn key(self) -> &'static str {
+    pub(crate) const fn key(self) -> &'static str {
         match self {
             Setting::Default => "default",
             Setting::Max => "max",
@@ -119,7 +119,7 @@ pub enum GpuSize {
 }
 
 impl GpuSize {
-    pub const fn size(self) -> ByteSize {
+    pub(crate) const fn size(self) -> ByteSize {
         match self {
             GpuSize::Measured(size) | GpuSize::Assumed(size) => size,
         }
@@ -190,7 +190,7 @@ impl Effective {
 /// A request above the cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverCap {
-    pub request: ByteSize,
+    pub(crate) request: ByteSize,
     pub cap: Cap,
 }
 

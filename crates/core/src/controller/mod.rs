@@ -127,7 +127,7 @@ impl SlurmJob {
     }
 
     /// Whether the job is still running (suspended and configuring count: it will go on).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(
             self.state,
             slurm_text::JobState::Running

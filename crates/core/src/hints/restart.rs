@@ -30,7 +30,7 @@ const ACTIVATION_CHECKPOINTING: &str = "GPU_MEM_QUOTA_ACTIVATION_CHECKPOINTING";
 
 /// Every variable [`hint_vars`] may write: those it did not write this time are removed from the
 /// job's environment (a forged value, or one inherited by a job submitted from a restarted job).
-pub const HINT_VARS: [&str; 7] = [
+pub(crate) const HINT_VARS: [&str; 7] = [
     RESTARTS,
     LAST_EVENT,
     LAST_PEAK_BYTES,
@@ -45,7 +45,7 @@ const MIN_BATCH_SCALE: Hundredths = Hundredths::new(1);
 
 /// What ended (or endangered) the previous run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RestartCause {
+pub(crate) enum RestartCause {
     /// Our watchdog requeued it for using more than its quota.
     OverQuota,
     /// Our watchdog requeued it to free memory for a higher-priority job on a contended GPU.
@@ -91,7 +91,7 @@ pub struct PreviousRun {
     /// `Some(OverQuota | Preempted | NearOom)` when our watchdog requeued it for GPU memory.
     pub(crate) requeued_for: Option<RestartCause>,
     /// Its peak on its busiest GPU, when the record has one.
-    pub peak: Option<ByteSize>,
+    pub(crate) peak: Option<ByteSize>,
 }
 
 /// Does this restart deserve hints, and under which event? Call it on a restart only (the job's
@@ -100,7 +100,7 @@ pub struct PreviousRun {
 /// Yes when our watchdog requeued the previous run for GPU memory (its event is returned), or when
 /// that run peaked within `near_margin` (a fraction, e.g. 0.05) of the quota or of the GPU's size,
 /// even though it ended some other way (`near-oom`: a node failure, a time limit, a real OOM).
-pub fn restart_event(
+pub(crate) fn restart_event(
     previous: &PreviousRun,
     quota: ByteSize,
     gpu_total: ByteSize,
@@ -116,41 +116,41 @@ pub fn restart_event(
 /// Whether a run that peaked at `peak` came near out of memory: within `near_margin` (a fraction,
 /// e.g. 0.05) of its quota or of the GPU's size. The one definition the restart hints and the
 /// watchdog's self-healing (`watchdog::heal`) share.
-pub fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margin: f64) -> bool {
+pub(crate) fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margin: f64) -> bool {
     let near = |limit: ByteSize| peak.bytes() >= less_margin(limit.bytes(), near_margin);
     near(quota) || near(gpu_total)
 }
 
 /// Everything [`restart_hints`] needs, as plain data.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HintInputs {
-    pub restarts: u32,
-    pub last_event: RestartCause,
+pub(crate) struct HintInputs {
+    pub(crate) restarts: u32,
+    pub(crate) last_event: RestartCause,
     /// The previous run's peak on its busiest GPU.
-    pub last_peak: ByteSize,
-    pub quota: ByteSize,
+    pub(crate) last_peak: ByteSize,
+    pub(crate) quota: ByteSize,
     /// The GPU's real size (NVML's total): a quota larger than the GPU cannot be used.
-    pub gpu_total: ByteSize,
+    pub(crate) gpu_total: ByteSize,
     /// Memory that does not scale with the batch (weights, optimizer state, CUDA context), from the
     /// job's history or the admin config. `None` assumes everything scales, which under-shrinks when
     /// the fixed part is large: the estimate matters.
-    pub fixed_estimate: Option<ByteSize>,
+    pub(crate) fixed_estimate: Option<ByteSize>,
     /// Head-room below the limit to aim for, as a fraction (0.05 = aim for 95 % of the quota).
-    pub safety_margin: f64,
+    pub(crate) safety_margin: f64,
     /// The job's `--gpu-mem-batch`, if it gave one.
-    pub batch: Option<BatchGeometry>,
+    pub(crate) batch: Option<BatchGeometry>,
 }
 
 /// A micro-batch and accumulation that keep the effective batch exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchAdvice {
-    pub micro: u32,
+pub(crate) struct BatchAdvice {
+    pub(crate) micro: u32,
     /// `u64`: a micro-batch of 1 with 65536x65536 needs 2^32 accumulation steps.
-    pub accum: u64,
+    pub(crate) accum: u64,
     /// Not even a micro-batch of 1 is predicted to fit: trade compute for memory.
     pub(crate) activation_checkpointing: bool,
     /// One sentence for the job's log saying what was chosen and why.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 #[cfg(test)]
@@ -162,18 +162,18 @@ impl BatchAdvice {
 
 /// The hints for one restart; [`hint_vars`] renders them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestartHints {
-    pub restarts: u32,
-    pub last_event: RestartCause,
-    pub last_peak: ByteSize,
+pub(crate) struct RestartHints {
+    pub(crate) restarts: u32,
+    pub(crate) last_event: RestartCause,
+    pub(crate) last_peak: ByteSize,
     /// The factor per-step memory should shrink by; 1.00 when the last peak already fits.
-    pub batch_scale: Hundredths,
+    pub(crate) batch_scale: Hundredths,
     /// Present when the job gave `--gpu-mem-batch`.
-    pub batch: Option<BatchAdvice>,
+    pub(crate) batch: Option<BatchAdvice>,
 }
 
 /// Computes every restart hint. See the module documentation for the model.
-pub fn restart_hints(inputs: &HintInputs) -> RestartHints {
+pub(crate) fn restart_hints(inputs: &HintInputs) -> RestartHints {
     let limit = inputs.quota.min(inputs.gpu_total);
     let fixed = inputs.fixed_estimate.map_or(0, ByteSize::bytes);
     // A preempted job made room for another; if it stayed within its quota, it fits as it was.
@@ -203,7 +203,12 @@ pub fn restart_hints(inputs: &HintInputs) -> RestartHints {
 /// `(T − fixed) / (P − fixed)` with `T = limit × (1 − margin)`, rounded down to hundredths and kept in
 /// `[MIN_BATCH_SCALE, 1.00]`: 1.00 when the peak already fits, the minimum when even the fixed part
 /// alone does not. Public so that the watchdog's early-warning suggestion uses the same model.
-pub fn batch_scale(peak: ByteSize, limit: ByteSize, fixed: Option<ByteSize>, margin: f64) -> Hundredths {
+pub(crate) fn batch_scale(
+    peak: ByteSize,
+    limit: ByteSize,
+    fixed: Option<ByteSize>,
+    margin: f64,
+) -> Hundredths {
     let target = less_margin(limit.bytes(), margin);
     let (peak, fixed) = (peak.bytes(), fixed.map_or(0, ByteSize::bytes));
     if peak <= target {
@@ -286,7 +291,7 @@ fn advise_batch(
 }
 
 /// The hints as environment variables, in a fixed order.
-pub fn hint_vars(hints: &RestartHints) -> Vec<(&'static str, String)> {
+pub(crate) fn hint_vars(hints: &RestartHints) -> Vec<(&'static str, String)> {
     let mut vars = vec![
         (RESTARTS, hints.restarts.to_string()),
         (LAST_EVENT, hints.last_event.to_string()),

@@ -28,11 +28,11 @@ pub(crate) const END_POLL: Duration = Duration::from_secs(1);
 
 /// The run as the watchdog sampled it, on its busiest GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunPeak {
-    pub peak: u64,
-    pub quota: u64,
+pub(crate) struct RunPeak {
+    pub(crate) peak: u64,
+    pub(crate) quota: u64,
     /// The GPU's size (NVML's total).
-    pub gpu_total: u64,
+    pub(crate) gpu_total: u64,
 }
 
 /// The policy's part in the decision.
@@ -46,7 +46,7 @@ pub struct HealPolicy {
 
 /// What to do about a run that ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HealDecision {
+pub(crate) enum HealDecision {
     /// slurmctld does not show the end yet: ask again.
     Wait,
     /// Leave the job as it ended; why, for the log.
@@ -55,7 +55,7 @@ pub enum HealDecision {
 }
 
 /// Whether the run is worth asking slurmctld about at all: self-healing on, and near out of memory.
-pub fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
+pub(crate) fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
     policy.enabled
         && crate::hints::near_oom(
             ByteSize::from_bytes(run.peak),
@@ -74,7 +74,7 @@ pub fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
 /// the second node fails the job's srun, and so its script). Should several nodes come near, the
 /// first requeue wins: the others find the job requeued (its restart count moved on), or slurmctld
 /// refuses to requeue a pending job ([`after_run`] asks which).
-pub fn decide(
+pub(crate) fn decide(
     end: &JobEnd,
     run: u32,
     peak: &RunPeak,

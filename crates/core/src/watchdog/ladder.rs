@@ -35,7 +35,7 @@ const CROSSING_LINE_EVERY: Duration = Duration::from_secs(5 * 60);
 
 /// What one sample means for the job: where it stands on the ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LadderStep {
+pub(crate) enum LadderStep {
     Nothing,
     /// Usage reached the warn threshold (once until it recovers).
     Warn,

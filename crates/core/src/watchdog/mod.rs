@@ -13,7 +13,7 @@
 pub mod gpu;
 pub mod hard_limit;
 pub mod heal;
-pub mod ladder;
+pub(crate) mod ladder;
 pub mod lifetime;
 pub mod shared_record;
 pub mod status;
@@ -55,8 +55,8 @@ pub trait Reporter {
 /// Per GPU of the job: what it uses now and at most.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuUsage {
-    pub uuid: String,
-    pub total: u64,
+    pub(crate) uuid: String,
+    pub(crate) total: u64,
     pub used: u64,
     pub peak: u64,
     /// Processes of the job whose usage NVML could not tell.
@@ -78,10 +78,10 @@ pub enum Flow {
 }
 
 pub struct Watchdog {
-    pub job_id: u32,
-    pub node: String,
+    pub(crate) job_id: u32,
+    pub(crate) node: String,
     pub quota: Option<ByteSize>,
-    pub settings: Enforcement,
+    pub(crate) settings: Enforcement,
     usage: BTreeMap<u32, GpuUsage>,
     ladder: Ladder,
     /// The restart count of the run this watchdog watches; another count means a new run.
