@@ -6,11 +6,11 @@
 //! renders the same again.
 #![no_main]
 
-use gmq_node::preempt_registry::Entry;
+use gmq_node::preempt_registry::RegistryEntry;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {
-    let Ok(entry) = Entry::parse(text) else {
+    let Ok(entry) = RegistryEntry::parse(text) else {
         return;
     };
     assert!(!entry.user.is_empty() && !entry.user.chars().any(|c| c.is_whitespace() || c.is_control()));
@@ -27,7 +27,7 @@ fuzz_target!(|text: &str| {
         rendered.ends_with('\n') && rendered.matches('\n').count() == 1,
         "{rendered:?}"
     );
-    let again = Entry::parse(&rendered).unwrap_or_else(|e| panic!("{text:?} rendered to {rendered:?}: {e}"));
+    let again = RegistryEntry::parse(&rendered).unwrap_or_else(|e| panic!("{text:?} rendered to {rendered:?}: {e}"));
     assert_eq!(again, entry, "{text:?} rendered to {rendered:?}");
     assert_eq!(again.render(), rendered);
 });

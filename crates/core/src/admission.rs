@@ -248,7 +248,7 @@ pub fn held_by_watchdog(
 
 /// Whether the policy has rules whose choice depends on the job's account, partition or QOS: then
 /// the node must know them (from slurmctld) to decide.
-pub fn depends_on_identity(config: &Config) -> bool {
+pub(crate) fn depends_on_identity(config: &Config) -> bool {
     [RuleKind::Account, RuleKind::Partition, RuleKind::Qos]
         .into_iter()
         .any(|kind| config.rules(kind).is_some_and(|rules| !rules.is_empty()))

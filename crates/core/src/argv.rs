@@ -54,7 +54,7 @@ pub struct Parsed {
     /// The words that are not options, in order.
     pub positional: Vec<String>,
     /// `-h` or `--help` was given.
-    pub help: bool,
+    pub(crate) help: bool,
 }
 
 impl Parsed {
@@ -71,7 +71,7 @@ impl Parsed {
 
 /// Parses `argv` against `options`. Errors name the option as it was typed: "unknown option
 /// --nope", "--user needs a value", "--json takes no value", "--qos given more than once".
-pub fn parse(argv: &[String], options: &[Opt]) -> Result<Parsed, String> {
+pub(crate) fn parse(argv: &[String], options: &[Opt]) -> Result<Parsed, String> {
     let mut parser = lexopt::Parser::from_args(argv);
     let mut parsed = Parsed::default();
     while let Some(arg) = parser.next().map_err(message)? {

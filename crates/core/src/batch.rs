@@ -39,7 +39,7 @@ impl fmt::Display for BatchGeometry {
 
 /// Which of the two numbers a [`BatchError`] is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchPart {
+pub(crate) enum BatchPart {
     Micro,
     Accum,
 }
@@ -55,7 +55,7 @@ impl fmt::Display for BatchPart {
 
 /// Why a batch geometry was refused. The message completes "invalid --gpu-mem-batch 'VALUE': ...".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BatchError {
+pub(crate) enum BatchError {
     Empty,
     /// A part that is missing or not a plain whole number (`x8`, `8x`, `8*8`, `-1`, `8x8x8`).
     NotANumber(BatchPart),
@@ -84,8 +84,8 @@ impl std::error::Error for BatchError {}
 /// A bad `--gpu-mem-batch` value; the message names the option and the value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOptionError {
-    pub value: String,
-    pub reason: BatchError,
+    pub(crate) value: String,
+    pub(crate) reason: BatchError,
 }
 
 impl fmt::Display for BatchOptionError {

@@ -7,14 +7,14 @@ const QUOTA_BYTES: &str = "GPU_MEM_QUOTA_BYTES";
 /// The same quota in Slurm's normalised form (`40G`).
 const QUOTA_HUMAN: &str = "GPU_MEM_QUOTA";
 /// Where the job's watchdog writes its status (JSON, see `watchdog::status`), readable by the job.
-pub const STATUS_FILE: &str = "GPU_MEM_QUOTA_STATUS_FILE";
+pub(crate) const STATUS_FILE: &str = "GPU_MEM_QUOTA_STATUS_FILE";
 
 /// Every variable the plugin writes to tell a job its quota: those it did not write for this job
 /// are removed (a job submitted from inside another job inherits them).
-pub const QUOTA_VARS: [&str; 3] = [QUOTA_BYTES, QUOTA_HUMAN, STATUS_FILE];
+pub(crate) const QUOTA_VARS: [&str; 3] = [QUOTA_BYTES, QUOTA_HUMAN, STATUS_FILE];
 
 /// The variables that tell a job its quota.
-pub fn quota_vars(quota: ByteSize) -> Vec<(&'static str, String)> {
+pub(crate) fn quota_vars(quota: ByteSize) -> Vec<(&'static str, String)> {
     vec![
         (QUOTA_BYTES, quota.bytes().to_string()),
         (QUOTA_HUMAN, quota.to_string()),

@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub const VERSION: u64 = 1;
+pub(crate) const VERSION: u64 = 1;
 /// The `source` every file carries, and every status-file entry made from one.
 pub const SOURCE: &str = "job-reported";
 /// The most a telemetry file may hold: the writer's is under 1 KiB.
@@ -77,11 +77,11 @@ pub struct AllocatorTelemetry {
 /// What the job's batch controller said (python's `BatchController`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControllerTelemetry {
-    pub micro_batch: u64,
-    pub grad_accum: u64,
-    pub effective_batch: u64,
-    pub activation_checkpointing: bool,
-    pub capacity_bytes: Option<u64>,
+    pub(crate) micro_batch: u64,
+    pub(crate) grad_accum: u64,
+    pub(crate) effective_batch: u64,
+    pub(crate) activation_checkpointing: bool,
+    pub(crate) capacity_bytes: Option<u64>,
     pub last_decision: Option<String>,
 }
 
@@ -177,7 +177,7 @@ impl Shown {
 /// task number (a process is one Slurm task and writes one file: more are the job's flood), then
 /// the lowest `(task, pid)`. The rest are left out. Pure, and the same answer whether applied
 /// once to all the tasks or again to what it kept plus more (so [`Shown::push`] may cut early).
-pub fn shown(mut tasks: Vec<ReportedTask>, max: usize) -> Vec<ReportedTask> {
+pub(crate) fn shown(mut tasks: Vec<ReportedTask>, max: usize) -> Vec<ReportedTask> {
     tasks.sort_by_key(|t| (t.task, t.pid));
     let mut pids = std::collections::BTreeSet::new();
     tasks.retain(|t| pids.insert(t.pid));
@@ -219,9 +219,9 @@ pub(crate) fn worst_case_task(task: u32) -> ReportedTask {
 /// file as a whole) and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelemetryError {
-    pub file: String,
-    pub key: Option<String>,
-    pub why: String,
+    pub(crate) file: String,
+    pub(crate) key: Option<String>,
+    pub(crate) why: String,
 }
 
 impl std::fmt::Display for TelemetryError {

@@ -330,7 +330,8 @@ impl NodeEvents {
         }
     }
 
-    pub fn get(&self, user: &str, kind: EventKind) -> u32 {
+    #[cfg(test)]
+    fn get(&self, user: &str, kind: EventKind) -> u32 {
         self.by_user.get(user).map_or(0, |counts| counts.get(kind))
     }
 

@@ -51,13 +51,13 @@ pub struct PredictParams {
     pub history: Duration,
     /// Fewer whole windows with samples than this: no prediction. Default 14 (7 min at 30 s): with
     /// fewer, chance patterns in a saw-tooth's sampled peaks look like trends.
-    pub min_windows: usize,
+    pub(crate) min_windows: usize,
     /// The envelope must have risen by this fraction of the quota over the fitted span to count as
     /// a trend. Default 0.01.
-    pub min_rise: f64,
+    pub(crate) min_rise: f64,
     /// Kendall's τ of the envelope must be at least this to count as a trend (1 = every window
     /// higher than every earlier one). Default 0.6.
-    pub min_consistency: f64,
+    pub(crate) min_consistency: f64,
     /// Warn when the crossing is predicted within this. Default 5 min.
     pub horizon: Duration,
 }
@@ -82,15 +82,15 @@ const SLOPE_BOUND_Z: f64 = 1.645;
 
 /// A line through the envelope.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Trend {
+pub(crate) struct Trend {
     /// Sen's slope of the envelope, bytes per second (negative when shrinking).
     slope: f64,
     /// The rate predictions use: the slope's upper confidence bound (never below `slope`).
-    pub rate: f64,
+    pub(crate) rate: f64,
     /// The fitted line's level at the newest sample, in bytes.
-    pub level: f64,
+    pub(crate) level: f64,
     /// How far the envelope's upper edge lies above the line, in bytes (≥ 0).
-    pub spread: f64,
+    pub(crate) spread: f64,
     /// Time between the oldest and the newest envelope point.
     pub(crate) span: Duration,
     /// Kendall's τ of the envelope: +1 steadily rising, −1 steadily falling, ≈ 0 for no trend.
@@ -100,7 +100,7 @@ pub struct Trend {
 impl Trend {
     /// The peak the job is heading for `after` the newest sample, if the trend holds (for a
     /// suggested batch scale).
-    pub fn peak_after(&self, after: Duration) -> f64 {
+    pub(crate) fn peak_after(&self, after: Duration) -> f64 {
         self.level + self.spread + self.rate * after.as_secs_f64()
     }
 
@@ -120,7 +120,7 @@ impl Trend {
 
 /// Fits the envelope of the last `params.history`; `None` with fewer than `params.min_windows`
 /// whole windows of data. Samples may come in any order.
-pub fn fit_trend(samples: &[Sample], params: &PredictParams) -> Option<Trend> {
+pub(crate) fn fit_trend(samples: &[Sample], params: &PredictParams) -> Option<Trend> {
     let min_windows = params.min_windows.max(2);
     let envelope = envelope(samples, params)?;
     if envelope.len() < min_windows {

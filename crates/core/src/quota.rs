@@ -52,7 +52,7 @@ impl Identity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleRef {
     pub kind: RuleKind,
-    pub name: String,
+    pub(crate) name: String,
 }
 
 impl RuleRef {
@@ -80,7 +80,7 @@ pub enum Setting {
 }
 
 impl Setting {
-    pub const fn key(self) -> &'static str {
+    pub(crate) const fn key(self) -> &'static str {
         match self {
             Setting::Default => "default",
             Setting::Max => "max",
@@ -119,7 +119,7 @@ pub enum GpuSize {
 }
 
 impl GpuSize {
-    pub const fn size(self) -> ByteSize {
+    pub(crate) const fn size(self) -> ByteSize {
         match self {
             GpuSize::Measured(size) | GpuSize::Assumed(size) => size,
         }
@@ -189,13 +189,13 @@ impl Effective {
 
 /// A request above the cap.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub request: ByteSize,
+pub struct OverCap {
+    pub(crate) request: ByteSize,
     pub cap: Cap,
 }
 
 /// `--gpu-mem-quota=60G exceeds the 40G cap for account 'physics'`.
-impl fmt::Display for Refusal {
+impl fmt::Display for OverCap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -209,7 +209,7 @@ impl fmt::Display for Refusal {
     }
 }
 
-impl std::error::Error for Refusal {}
+impl std::error::Error for OverCap {}
 
 /// The effective quota for a job of `who` asking for `request` (`None`: asked for nothing) on a
 /// GPU of `gpu_total` bytes (`None`: not known here; `[defaults] gpu_memory` stands in for it).
@@ -223,7 +223,7 @@ pub fn resolve(
     who: &Identity,
     request: Option<ByteSize>,
     gpu_total: Option<ByteSize>,
-) -> Result<Effective, Refusal> {
+) -> Result<Effective, OverCap> {
     let gpu_size = gpu_total
         .map(GpuSize::Measured)
         .or(config.gpu_memory.map(GpuSize::Assumed));
@@ -250,7 +250,7 @@ pub fn resolve(
     let (quota, quota_from) = match request {
         Some(request) => {
             if let Some(cap) = cap.as_ref().filter(|cap| request > cap.size && max.certain) {
-                return Err(Refusal {
+                return Err(OverCap {
                     request,
                     cap: cap.clone(),
                 });

@@ -10,8 +10,8 @@ pub const QUOTA_OPTION: &str = "gpu-mem-quota";
 /// A bad option value; the message names the option and the value, as users need to fix it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OptionError {
-    pub option: &'static str,
-    pub value: String,
+    pub(crate) option: &'static str,
+    pub(crate) value: String,
     pub reason: SizeError,
 }
 

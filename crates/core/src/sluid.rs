@@ -18,7 +18,7 @@ use std::fmt;
 const DIGITS: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 
 /// The length of a printed SLUID: `s` and 13 digits (`SLUID_STR_BYTES` less the NUL).
-pub const SLUID_LEN: usize = 14;
+pub(crate) const SLUID_LEN: usize = 14;
 
 /// A job's SLUID; its [`Display`](fmt::Display) is Slurm's printed form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -45,7 +45,8 @@ impl Sluid {
     }
 
     /// The 64-bit value.
-    pub fn value(self) -> u64 {
+    #[cfg(test)]
+    fn value(self) -> u64 {
         self.0
     }
 }

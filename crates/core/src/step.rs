@@ -66,7 +66,7 @@ pub struct Tuning {
     pub(crate) frameworks: config::Frameworks,
     pub(crate) hints: config::HintSettings,
     /// The GPU size quotas are measured against (the node's real one where known).
-    pub gpu_total: Option<ByteSize>,
+    pub(crate) gpu_total: Option<ByteSize>,
     pub(crate) visible_devices: u32,
 }
 

@@ -66,7 +66,7 @@ pub struct ActedBy {
 /// the runtime directory, a tmpfs, so only jobs running across an upgrade of the binary are
 /// affected: old and new watchdogs do not see each other for preemption until those jobs end.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
+pub struct RegistryEntry {
     pub job_id: u32,
     pub user: String,
     /// Per GPU, bytes; `None` (`null`): no quota. Required in the file, as the other fields.
@@ -97,13 +97,13 @@ mod identity {
     use crate::attribute::ProcessIdentity;
 
     #[derive(Serialize, Deserialize)]
-    struct Identity {
+    struct IdentityJson {
         pid: u32,
         start_time: u64,
     }
 
     pub(crate) fn serialize<S: Serializer>(p: &ProcessIdentity, s: S) -> Result<S::Ok, S::Error> {
-        Identity {
+        IdentityJson {
             pid: p.pid,
             start_time: p.start_time,
         }
@@ -111,15 +111,15 @@ mod identity {
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ProcessIdentity, D::Error> {
-        let Identity { pid, start_time } = Identity::deserialize(d)?;
+        let IdentityJson { pid, start_time } = IdentityJson::deserialize(d)?;
         Ok(ProcessIdentity { pid, start_time })
     }
 }
 
-impl Entry {
+impl RegistryEntry {
     /// The entry's file: compact JSON and a newline.
     pub fn render(&self) -> String {
-        let mut text = serde_json::to_string(self).expect("an Entry always serializes");
+        let mut text = serde_json::to_string(self).expect("a registry entry always serializes");
         text.push('\n');
         text
     }
@@ -127,8 +127,8 @@ impl Entry {
     /// Reads an entry's file. Unknown fields are ignored (a newer writer); a missing, repeated or
     /// malformed field is an error naming it, and so are a user name or GPU UUID that
     /// [`Registry::write`] would refuse.
-    pub fn parse(text: &str) -> Result<Entry, String> {
-        let entry: Entry = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<RegistryEntry, String> {
+        let entry: RegistryEntry = serde_json::from_str(text).map_err(|e| e.to_string())?;
         if !is_plain_word(&entry.user) {
             return Err(format!("bad user {:?}", entry.user));
         }
@@ -168,7 +168,7 @@ impl Entry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeadClaim {
     /// The caller acts for the victim now; the entry (returned) records it.
-    Granted(Entry),
+    Granted(RegistryEntry),
     /// Another watchdog is claiming it at this moment.
     Busy,
     /// Another watchdog (or this one) already acted for it.
@@ -218,7 +218,7 @@ impl Registry {
     }
 
     /// Writes (replaces) the job's entry.
-    pub fn write(&self, entry: &Entry) -> io::Result<()> {
+    pub fn write(&self, entry: &RegistryEntry) -> io::Result<()> {
         let bad = if !is_plain_word(&entry.user) {
             Some(format!("user {:?}", entry.user))
         } else {
@@ -240,17 +240,18 @@ impl Registry {
     }
 
     /// The watchdog's refresh each interval: a new heartbeat, the entry rewritten.
-    pub fn heartbeat(&self, entry: &mut Entry, now: u64) -> io::Result<()> {
+    pub fn heartbeat(&self, entry: &mut RegistryEntry, now: u64) -> io::Result<()> {
         entry.heartbeat = now;
         self.write(entry)
     }
 
     /// The job's entry; `Ok(None)` when there is none, an error when it is not a valid entry.
-    pub fn read(&self, job_id: u32) -> io::Result<Option<Entry>> {
+    pub fn read(&self, job_id: u32) -> io::Result<Option<RegistryEntry>> {
         let Some(text) = read_own_file(&self.dir.join(job_id.to_string()))? else {
             return Ok(None);
         };
-        let entry = Entry::parse(&text).map_err(|e| invalid(format!("registry entry {job_id}: {e}")))?;
+        let entry =
+            RegistryEntry::parse(&text).map_err(|e| invalid(format!("registry entry {job_id}: {e}")))?;
         if entry.job_id != job_id {
             return Err(invalid(format!(
                 "registry entry {job_id} names job {}",
@@ -269,7 +270,7 @@ impl Registry {
 
     /// Every valid entry, by job id. Anything else in the directory (malformed files, symlinks,
     /// files of other owners, temporary and lock files) is skipped.
-    pub fn list(&self) -> io::Result<Vec<Entry>> {
+    pub fn list(&self) -> io::Result<Vec<RegistryEntry>> {
         let mut entries = Vec::new();
         for dirent in fs::read_dir(&self.dir)? {
             let name = dirent?.file_name();
@@ -287,8 +288,8 @@ impl Registry {
         Ok(entries)
     }
 
-    /// The entries whose watchdog is gone (see [`Entry::is_stale`]).
-    pub fn stale(&self, now: u64, timeout: Duration, proc_root: &Path) -> io::Result<Vec<Entry>> {
+    /// The entries whose watchdog is gone (see [`RegistryEntry::is_stale`]).
+    pub fn stale(&self, now: u64, timeout: Duration, proc_root: &Path) -> io::Result<Vec<RegistryEntry>> {
         let mut entries = self.list()?;
         entries.retain(|e| e.is_stale(now, timeout, proc_root));
         Ok(entries)

@@ -2,7 +2,7 @@
 
 use crate::slurmctl::SlurmTools;
 use gmq_core::config::Action;
-use gmq_core::controller::{AdminComment, ControlError, Controller, JobState};
+use gmq_core::controller::{AdminComment, ControlError, Controller, SlurmJob};
 use gmq_core::slurm_text::CtlError;
 
 /// The job's record and actions through squeue/scontrol/scancel.
@@ -23,9 +23,9 @@ impl SlurmController {
 }
 
 impl Controller for SlurmController {
-    fn job(&mut self) -> Result<JobState, ControlError> {
+    fn job(&mut self) -> Result<SlurmJob, ControlError> {
         let record = self.tools.job_record(self.job_id)?;
-        JobState::of_record(&record)
+        SlurmJob::of_record(&record)
     }
 
     fn admin_comment(&mut self) -> Result<AdminComment, ControlError> {

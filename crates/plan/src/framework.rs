@@ -1,7 +1,7 @@
 //! The implementation details of each training stack that move memory, as plain constants.
 //! Every field says which code it describes; docs/PLAN.md has the sources.
 
-use super::job::Framework;
+use super::names::name_in;
 
 /// How the loss is computed from the logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,7 +31,7 @@ impl LossKernel {
     ];
 
     pub fn name(self) -> &'static str {
-        super::job::name_in(&Self::ALL, self)
+        name_in(&Self::ALL, self)
     }
 }
 
@@ -137,8 +137,19 @@ impl StepKernel {
     ];
 
     pub fn name(self) -> &'static str {
-        super::job::name_in(&Self::ALL, self)
+        name_in(&Self::ALL, self)
     }
+}
+
+/// The training stack; it decides implementation details that move memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framework {
+    /// Plain PyTorch: Hugging Face Transformers + Trainer/Accelerate, torchtitan, torchtune, FSDP.
+    Pytorch,
+    /// Hugging Face models trained under DeepSpeed ZeRO.
+    Deepspeed,
+    /// Megatron-LM / NeMo (fused kernels, distributed optimizer).
+    Megatron,
 }
 
 impl Framework {
@@ -150,6 +161,6 @@ impl Framework {
     ];
 
     pub fn name(self) -> &'static str {
-        super::job::name_in(&Self::ALL, self)
+        name_in(&Self::ALL, self)
     }
 }

@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use super::framework::{LossKernel, StepKernel};
+use super::framework::{Framework, LossKernel, StepKernel};
+use super::names::name_in;
 use super::shape::{default_layers, ModelShape};
 
 /// The model: its full shape, or only a parameter count (model states only, no activations).
@@ -52,14 +53,6 @@ impl Model {
 /// models published so far. Beyond it the input is a typo (`--params 1e15`), and an answer in
 /// millions of GiB helps nobody.
 pub const MAX_PARAMS: u64 = 10_000_000_000_000;
-
-/// The name of `value` in `table` (an enum's `ALL`).
-pub(crate) fn name_in<T: Copy + PartialEq>(table: &[(T, &'static str)], value: T) -> &'static str {
-    table
-        .iter()
-        .find(|(v, _)| *v == value)
-        .map_or("", |(_, name)| name)
-}
 
 /// Numeric formats of weights, gradients, optimizer states and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,17 +205,6 @@ impl Checkpointing {
     pub fn name(self) -> &'static str {
         name_in(&Self::ALL, self)
     }
-}
-
-/// The training stack; it decides implementation details that move memory (see framework.rs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framework {
-    /// Plain PyTorch: Hugging Face Transformers + Trainer/Accelerate, torchtitan, torchtune, FSDP.
-    Pytorch,
-    /// Hugging Face models trained under DeepSpeed ZeRO.
-    Deepspeed,
-    /// Megatron-LM / NeMo (fused kernels, distributed optimizer).
-    Megatron,
 }
 
 /// LoRA targets: which linear layers of each transformer layer get adapters.

@@ -3,7 +3,9 @@
 //!
 //! - `shape`, `presets`: the model (presets are data, `presets.toml`).
 //! - `job`: the inputs and their validation.
-//! - `framework`: implementation details of PyTorch/Hugging Face, DeepSpeed and Megatron.
+//! - `framework`: the training stack and the implementation details of PyTorch/Hugging Face,
+//!   DeepSpeed and Megatron that move memory.
+//! - `names`: the names of the closed vocabularies (`plan`'s option values, text and JSON).
 //! - `placement`: which parameters one GPU holds under tensor/pipeline parallelism and LoRA.
 //! - `states`: parameters, gradients, optimizer states per ZeRO stage (Rajbhandari et al. 2020).
 //! - `activations`: per-layer stored activations (Korthikanti et al. 2022).
@@ -21,6 +23,7 @@ pub(crate) mod breakdown;
 pub mod estimate;
 pub mod framework;
 pub(crate) mod job;
+mod names;
 mod overheads;
 mod placement;
 pub mod presets;
@@ -30,10 +33,11 @@ pub mod shape;
 pub(crate) mod states;
 
 pub use estimate::{estimate, model_states};
+pub use framework::Framework;
 pub use job::DEFAULT_CUDA_CONTEXT;
 pub use job::{
-    validate, Checkpointing, Finetune, Framework, Job, LoraTargets, Model, Offload, Optimizer, Parallel,
-    Precision, Sharding, MAX_PARAMS,
+    validate, Checkpointing, Finetune, Job, LoraTargets, Model, Offload, Optimizer, Parallel, Precision,
+    Sharding, MAX_PARAMS,
 };
 pub use search::{ladder, largest_micro_batch, plan, quota_gib};
 pub use shape::{Head, ModelShape};

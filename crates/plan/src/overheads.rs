@@ -3,8 +3,9 @@
 //! the caching allocator's fragmentation. Each constant names its source; docs/PLAN.md explains.
 
 use super::breakdown::{Phase, Term};
+use super::framework::Framework;
 use super::framework::{Profile, StepKernel};
-use super::job::{Finetune, Framework, Job, Offload, Optimizer, Precision, Sharding};
+use super::job::{Finetune, Job, Offload, Optimizer, Precision, Sharding};
 use super::placement::Local;
 use super::states::{grad_bytes, master_bytes, state_bytes, weight_bytes, NF4_BYTES};
 

@@ -2,7 +2,8 @@
 //! and the cheapest ladder of memory-saving techniques that makes the requested micro-batch fit.
 
 use super::estimate::estimate;
-use super::job::{Checkpointing, Framework, Job, Model, Offload, PlanError, Sharding};
+use super::framework::Framework;
+use super::job::{Checkpointing, Job, Model, Offload, PlanError, Sharding};
 
 /// A micro-batch and the gradient accumulation that keeps `micro x accum` equal to the job's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

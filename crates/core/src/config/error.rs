@@ -9,19 +9,19 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     /// 1-based line and column (in characters) of the offending text; 0 when the parser gave no place.
-    pub line: usize,
+    pub(crate) line: usize,
     pub(crate) column: usize,
     /// Where in the policy, as an admin writes it: `[account.physics] max`, `[enforcement]`;
     /// empty when not known (a syntax error before any table).
-    pub key: String,
-    pub message: String,
+    pub(crate) key: String,
+    pub(crate) message: String,
 }
 
 /// Every problem found in one file, in file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigErrors {
     /// The file as named in messages.
-    pub file: String,
+    pub(crate) file: String,
     pub errors: Vec<ConfigError>,
 }
 

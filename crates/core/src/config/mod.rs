@@ -22,7 +22,8 @@ use std::time::Duration;
 
 pub use error::LoadError;
 pub use error::{toml_key, ConfigErrors};
-pub use preemption::{AfterMax, NonRequeueable, PreemptSettings, RankKind, Ranks};
+pub use preemption::NonRequeueable;
+pub use preemption::{AfterMax, PreemptSettings, RankKind, Ranks};
 pub use render::render;
 pub(crate) use values::Percent;
 pub use values::{Action, Amount, DefaultQuota, OnConfigError};
@@ -105,7 +106,7 @@ pub struct Config {
     pub gpu_memory: Option<ByteSize>,
     pub users: BTreeMap<String, Rule>,
     pub accounts: BTreeMap<String, Rule>,
-    pub qos: BTreeMap<String, Rule>,
+    pub(crate) qos: BTreeMap<String, Rule>,
     pub partitions: BTreeMap<String, Rule>,
     pub enforcement: Enforcement,
     /// `[frameworks]`: memory caps written into the environment of every job with a quota.
@@ -132,7 +133,7 @@ pub struct Scheduling {
 
 impl Scheduling {
     /// The GPU memory `shards` shards stand for; `None` when shards are not memory units.
-    pub fn memory_of(&self, shards: u64) -> Option<ByteSize> {
+    pub(crate) fn memory_of(&self, shards: u64) -> Option<ByteSize> {
         self.shard_unit
             .map(|unit| ByteSize::from_bytes(unit.bytes().saturating_mul(shards)))
     }

@@ -93,7 +93,7 @@ impl Default for PreemptSettings {
 
 impl PreemptSettings {
     /// The reserve in bytes on a GPU of `total` bytes.
-    pub fn reserve_bytes(&self, total: u64) -> u64 {
+    pub(crate) fn reserve_bytes(&self, total: u64) -> u64 {
         self.reserve
             .resolve(Some(ByteSize::from_bytes(total)))
             .map_or(0, ByteSize::bytes)

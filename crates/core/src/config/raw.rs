@@ -22,13 +22,13 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub(crate) defaults: RawDefaults,
     #[serde(default)]
-    pub user: Rules,
+    pub(crate) user: Rules,
     #[serde(default)]
-    pub account: Rules,
+    pub(crate) account: Rules,
     #[serde(default)]
-    pub qos: Rules,
+    pub(crate) qos: Rules,
     #[serde(default)]
-    pub partition: Rules,
+    pub(crate) partition: Rules,
     #[serde(default)]
     pub(crate) enforcement: RawEnforcement,
     #[serde(default)]
@@ -101,7 +101,7 @@ pub(crate) struct RawFrameworks {
 )]
 pub(crate) struct RawHints {
     pub(crate) near_margin: Leaf,
-    pub safety_margin: Leaf,
+    pub(crate) safety_margin: Leaf,
     pub(crate) fixed_memory: Leaf,
 }
 
@@ -152,9 +152,9 @@ pub(crate) type RankTable = BTreeMap<Spanned<String>, Spanned<toml::Value>>;
 #[serde(deny_unknown_fields, expecting = "a table with qos, partition, account")]
 pub(crate) struct RawRanks {
     #[serde(default)]
-    pub qos: RankTable,
+    pub(crate) qos: RankTable,
     #[serde(default)]
-    pub partition: RankTable,
+    pub(crate) partition: RankTable,
     #[serde(default)]
-    pub account: RankTable,
+    pub(crate) account: RankTable,
 }

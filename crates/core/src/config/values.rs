@@ -24,7 +24,7 @@ impl Percent {
 
     /// This share of `total`, rounded down to a whole MiB (never below 1 MiB) so that it prints in
     /// Slurm's size syntax and never exceeds the share.
-    pub fn of(self, total: ByteSize) -> ByteSize {
+    pub(crate) fn of(self, total: ByteSize) -> ByteSize {
         let share = u128::from(total.bytes()) * u128::from(self.0) / 10_000;
         // share <= total, so it fits in u64.
         let floored = ByteSize::from_bytes(share as u64).floor_mib();
@@ -192,7 +192,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 4] = [
+    pub(crate) const ALL: [Action; 4] = [
         Action::Requeue,
         Action::RequeueHold,
         Action::Cancel,
@@ -207,11 +207,6 @@ impl Action {
             Action::Cancel => "cancel",
             Action::WarnOnly => "warn-only",
         }
-    }
-
-    /// Whether the action puts the job back in the queue (impossible for a `--no-requeue` job).
-    pub const fn requeues(self) -> bool {
-        matches!(self, Action::Requeue | Action::RequeueHold)
     }
 }
 
@@ -247,7 +242,7 @@ pub enum OnConfigError {
 }
 
 impl OnConfigError {
-    pub const fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             OnConfigError::FailOpen => "fail-open",
             OnConfigError::FailClosed => "fail-closed",

@@ -15,7 +15,7 @@ use crate::slurm_text::{CtlError, Refusal};
 
 /// The watchdog's only way to Slurm: read its job, write its record, act on it.
 pub trait Controller {
-    fn job(&mut self) -> Result<JobState, ControlError>;
+    fn job(&mut self) -> Result<SlurmJob, ControlError>;
     /// Err: slurmctld could not be asked (try again later).
     fn admin_comment(&mut self) -> Result<AdminComment, ControlError>;
     fn set_admin_comment(&mut self, text: &str) -> Result<(), ControlError>;
@@ -89,7 +89,7 @@ impl From<CtlError> for ControlError {
 
 /// The job as slurmctld knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobState {
+pub struct SlurmJob {
     pub state: slurm_text::JobState,
     pub restarts: u32,
     pub requeueable: bool,
@@ -101,17 +101,17 @@ pub struct JobState {
     pub node_count: u32,
 }
 
-impl JobState {
+impl SlurmJob {
     /// The state part of the job's record. A record without a state (slurmctld printed none) is
     /// no answer.
-    pub fn of_record(record: &slurm_text::JobRecord) -> Result<JobState, ControlError> {
+    pub fn of_record(record: &slurm_text::JobRecord) -> Result<SlurmJob, ControlError> {
         let end = record.end.as_ref().ok_or_else(|| {
             ControlError::from(slurm_text::CtlError::Garbage {
                 command: "squeue".to_string(),
                 message: format!("job {}: no state in its record", record.job_id),
             })
         })?;
-        Ok(JobState {
+        Ok(SlurmJob {
             state: end.state.clone(),
             restarts: end.restarts,
             // A heterogeneous job's later component: slurmctld requeues only through the leader
@@ -127,7 +127,7 @@ impl JobState {
     }
 
     /// Whether the job is still running (suspended and configuring count: it will go on).
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(
             self.state,
             slurm_text::JobState::Running

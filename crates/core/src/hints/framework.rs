@@ -30,7 +30,7 @@ const CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: &str = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 
 /// Every variable [`framework_vars`] may read from the user's environment: the caller looks these up
 /// (and only these) to fill [`CapInputs::user_env`].
-pub const FRAMEWORK_VARS: [&str; 6] = [
+pub(crate) const FRAMEWORK_VARS: [&str; 6] = [
     PYTORCH_ALLOC_CONF,
     PYTORCH_CUDA_ALLOC_CONF,
     XLA_CLIENT_MEM_FRACTION,
@@ -64,17 +64,17 @@ pub struct FrameworkSwitches {
 
 /// Everything [`framework_vars`] needs, as plain data.
 #[derive(Debug, Clone, Copy)]
-pub struct CapInputs<'a> {
-    pub quota: ByteSize,
+pub(crate) struct CapInputs<'a> {
+    pub(crate) quota: ByteSize,
     /// The real GPU size (NVML's total; the smallest, if the job's GPUs differ).
-    pub gpu_total: ByteSize,
+    pub(crate) gpu_total: ByteSize,
     /// Kept out of the fraction for the CUDA context; see [`DEFAULT_CONTEXT_RESERVE`].
-    pub context_reserve: ByteSize,
+    pub(crate) context_reserve: ByteSize,
     /// How many GPUs the job's processes see (one MPS limit entry each).
-    pub visible_devices: u32,
-    pub switches: FrameworkSwitches,
+    pub(crate) visible_devices: u32,
+    pub(crate) switches: FrameworkSwitches,
     /// The user's values of [`FRAMEWORK_VARS`] that are set (set-but-empty included).
-    pub user_env: &'a BTreeMap<String, String>,
+    pub(crate) user_env: &'a BTreeMap<String, String>,
 }
 
 /// `(quota − reserve) / gpu_total` rounded down to hundredths; `None` when there is nothing to cap
@@ -94,7 +94,7 @@ fn capped_bytes(quota: ByteSize, gpu_total: ByteSize, reserve: ByteSize) -> Opti
 
 /// The variables to set for a job with a quota, in a fixed order. A variable the user set is absent
 /// unless it is a comma list that needed our keys merged in.
-pub fn framework_vars(inputs: &CapInputs) -> Vec<(&'static str, String)> {
+pub(crate) fn framework_vars(inputs: &CapInputs) -> Vec<(&'static str, String)> {
     let user = |name: &str| inputs.user_env.get(name).map(String::as_str);
     let switches = inputs.switches;
     let fraction = memory_fraction(inputs.quota, inputs.gpu_total, inputs.context_reserve);

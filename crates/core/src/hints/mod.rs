@@ -5,25 +5,27 @@
 //! calls these functions and writes the pairs into the job's environment. docs/HINTS.md is the
 //! user-facing reference for every variable.
 
-pub mod framework;
+pub(crate) mod framework;
 pub(crate) mod previous;
 pub(crate) mod restart;
 
-pub use framework::{framework_vars, CapInputs};
+pub(crate) use framework::{framework_vars, CapInputs};
 pub use previous::previous_run;
-pub use restart::{batch_scale, hint_vars, near_oom, restart_event, restart_hints, HintInputs, HINT_VARS};
+pub(crate) use restart::{
+    batch_scale, hint_vars, near_oom, restart_event, restart_hints, HintInputs, HINT_VARS,
+};
 
 use std::fmt;
 
 /// A non-negative fraction rounded DOWN to two decimals, kept as whole hundredths so that what a
 /// job reads (`0.56`) is exactly what the plugin computed with: no float formatting surprises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Hundredths(u32);
+pub(crate) struct Hundredths(u32);
 
 impl Hundredths {
     const ONE: Hundredths = Hundredths(100);
 
-    pub const fn new(hundredths: u32) -> Hundredths {
+    pub(crate) const fn new(hundredths: u32) -> Hundredths {
         Hundredths(hundredths)
     }
 
@@ -36,7 +38,7 @@ impl Hundredths {
         Some(Hundredths(h.min(u32::MAX as u128) as u32))
     }
 
-    pub const fn get(self) -> u32 {
+    pub(crate) const fn get(self) -> u32 {
         self.0
     }
 
@@ -67,7 +69,7 @@ fn less_margin(bytes: u64, margin: f64) -> u64 {
 }
 
 /// Sizes in reasons and logs: GiB with one decimal, as admins read `nvidia-smi`-style figures.
-pub fn gib(bytes: u64) -> String {
+pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 

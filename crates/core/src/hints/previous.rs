@@ -1,6 +1,6 @@
 //! What the job's record (our segment of its AdminComment) says about the run before this one.
 
-use super::restart::{LastEvent, PreviousRun};
+use super::restart::{PreviousRun, RestartCause};
 use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 
@@ -28,12 +28,12 @@ pub fn previous_run(admin_comment: &str) -> Option<PreviousRun> {
             .any(|e| e.facts.last_event == Some(last) && e.facts.events.get(EventKind::Oom) > 0)
     });
     let requeued_for = match totals.last_event.map(|e| e.kind) {
-        Some(EventKind::Requeued | EventKind::Oom) if healed => Some(LastEvent::NearOom),
+        Some(EventKind::Requeued | EventKind::Oom) if healed => Some(RestartCause::NearOom),
         Some(EventKind::Requeued | EventKind::Held) if totals.events.get(EventKind::Preempted) > 0 => {
-            Some(LastEvent::Preempted)
+            Some(RestartCause::Preempted)
         }
-        Some(EventKind::Requeued | EventKind::Held | EventKind::OverQuota) => Some(LastEvent::OverQuota),
-        Some(EventKind::Preempted) => Some(LastEvent::Preempted),
+        Some(EventKind::Requeued | EventKind::Held | EventKind::OverQuota) => Some(RestartCause::OverQuota),
+        Some(EventKind::Preempted) => Some(RestartCause::Preempted),
         _ => None,
     };
     Some(PreviousRun {
@@ -58,7 +58,7 @@ mod tests {
         let comment = record::merge("other-tool:x", &entry).admin_comment;
         let previous = previous_run(&comment).unwrap();
         assert_eq!(previous.restarts, 1);
-        assert_eq!(previous.requeued_for, Some(LastEvent::OverQuota));
+        assert_eq!(previous.requeued_for, Some(RestartCause::OverQuota));
         assert_eq!(previous.peak, Some(ByteSize::from_bytes(52 * G)));
     }
 
@@ -71,7 +71,7 @@ mod tests {
         let comment = record::merge("", &entry).admin_comment;
         let previous = previous_run(&comment).unwrap();
         assert_eq!(previous.restarts, 1);
-        assert_eq!(previous.requeued_for, Some(LastEvent::NearOom));
+        assert_eq!(previous.requeued_for, Some(RestartCause::NearOom));
         assert_eq!(previous.peak, Some(ByteSize::from_bytes(15 * G)));
     }
 
@@ -89,7 +89,7 @@ mod tests {
         let comment = record::merge(&comment, &second).admin_comment;
         let previous = previous_run(&comment).unwrap();
         assert_eq!(previous.restarts, 2);
-        assert_eq!(previous.requeued_for, Some(LastEvent::OverQuota));
+        assert_eq!(previous.requeued_for, Some(RestartCause::OverQuota));
     }
 
     #[test]

@@ -30,7 +30,7 @@ const ACTIVATION_CHECKPOINTING: &str = "GPU_MEM_QUOTA_ACTIVATION_CHECKPOINTING";
 
 /// Every variable [`hint_vars`] may write: those it did not write this time are removed from the
 /// job's environment (a forged value, or one inherited by a job submitted from a restarted job).
-pub const HINT_VARS: [&str; 7] = [
+pub(crate) const HINT_VARS: [&str; 7] = [
     RESTARTS,
     LAST_EVENT,
     LAST_PEAK_BYTES,
@@ -45,7 +45,7 @@ const MIN_BATCH_SCALE: Hundredths = Hundredths::new(1);
 
 /// What ended (or endangered) the previous run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LastEvent {
+pub(crate) enum RestartCause {
     /// Our watchdog requeued it for using more than its quota.
     OverQuota,
     /// Our watchdog requeued it to free memory for a higher-priority job on a contended GPU.
@@ -55,25 +55,29 @@ pub enum LastEvent {
     NearOom,
 }
 
-impl LastEvent {
+impl RestartCause {
     pub(crate) const fn as_str(self) -> &'static str {
         match self {
-            LastEvent::OverQuota => "over-quota",
-            LastEvent::Preempted => "preempted",
-            LastEvent::NearOom => "near-oom",
+            RestartCause::OverQuota => "over-quota",
+            RestartCause::Preempted => "preempted",
+            RestartCause::NearOom => "near-oom",
         }
     }
 
-    /// The inverse of [`LastEvent::as_str`], for records that store the name.
+    /// The inverse of [`RestartCause::as_str`], for records that store the name.
     #[cfg(test)]
-    pub(crate) fn from_name(name: &str) -> Option<LastEvent> {
-        [LastEvent::OverQuota, LastEvent::Preempted, LastEvent::NearOom]
-            .into_iter()
-            .find(|e| e.as_str() == name)
+    pub(crate) fn from_name(name: &str) -> Option<RestartCause> {
+        [
+            RestartCause::OverQuota,
+            RestartCause::Preempted,
+            RestartCause::NearOom,
+        ]
+        .into_iter()
+        .find(|e| e.as_str() == name)
     }
 }
 
-impl fmt::Display for LastEvent {
+impl fmt::Display for RestartCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -85,9 +89,9 @@ pub struct PreviousRun {
     /// Our count of GPU-memory requeues so far.
     pub restarts: u32,
     /// `Some(OverQuota | Preempted | NearOom)` when our watchdog requeued it for GPU memory.
-    pub(crate) requeued_for: Option<LastEvent>,
+    pub(crate) requeued_for: Option<RestartCause>,
     /// Its peak on its busiest GPU, when the record has one.
-    pub peak: Option<ByteSize>,
+    pub(crate) peak: Option<ByteSize>,
 }
 
 /// Does this restart deserve hints, and under which event? Call it on a restart only (the job's
@@ -96,57 +100,57 @@ pub struct PreviousRun {
 /// Yes when our watchdog requeued the previous run for GPU memory (its event is returned), or when
 /// that run peaked within `near_margin` (a fraction, e.g. 0.05) of the quota or of the GPU's size,
 /// even though it ended some other way (`near-oom`: a node failure, a time limit, a real OOM).
-pub fn restart_event(
+pub(crate) fn restart_event(
     previous: &PreviousRun,
     quota: ByteSize,
     gpu_total: ByteSize,
     near_margin: f64,
-) -> Option<LastEvent> {
+) -> Option<RestartCause> {
     if let Some(event) = previous.requeued_for {
         return Some(event);
     }
     let peak = previous.peak?;
-    near_oom(peak, quota, gpu_total, near_margin).then_some(LastEvent::NearOom)
+    near_oom(peak, quota, gpu_total, near_margin).then_some(RestartCause::NearOom)
 }
 
 /// Whether a run that peaked at `peak` came near out of memory: within `near_margin` (a fraction,
 /// e.g. 0.05) of its quota or of the GPU's size. The one definition the restart hints and the
 /// watchdog's self-healing (`watchdog::heal`) share.
-pub fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margin: f64) -> bool {
+pub(crate) fn near_oom(peak: ByteSize, quota: ByteSize, gpu_total: ByteSize, near_margin: f64) -> bool {
     let near = |limit: ByteSize| peak.bytes() >= less_margin(limit.bytes(), near_margin);
     near(quota) || near(gpu_total)
 }
 
 /// Everything [`restart_hints`] needs, as plain data.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HintInputs {
-    pub restarts: u32,
-    pub last_event: LastEvent,
+pub(crate) struct HintInputs {
+    pub(crate) restarts: u32,
+    pub(crate) last_event: RestartCause,
     /// The previous run's peak on its busiest GPU.
-    pub last_peak: ByteSize,
-    pub quota: ByteSize,
+    pub(crate) last_peak: ByteSize,
+    pub(crate) quota: ByteSize,
     /// The GPU's real size (NVML's total): a quota larger than the GPU cannot be used.
-    pub gpu_total: ByteSize,
+    pub(crate) gpu_total: ByteSize,
     /// Memory that does not scale with the batch (weights, optimizer state, CUDA context), from the
     /// job's history or the admin config. `None` assumes everything scales, which under-shrinks when
     /// the fixed part is large: the estimate matters.
-    pub fixed_estimate: Option<ByteSize>,
+    pub(crate) fixed_estimate: Option<ByteSize>,
     /// Head-room below the limit to aim for, as a fraction (0.05 = aim for 95 % of the quota).
-    pub safety_margin: f64,
+    pub(crate) safety_margin: f64,
     /// The job's `--gpu-mem-batch`, if it gave one.
-    pub batch: Option<BatchGeometry>,
+    pub(crate) batch: Option<BatchGeometry>,
 }
 
 /// A micro-batch and accumulation that keep the effective batch exactly.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchAdvice {
-    pub micro: u32,
+pub(crate) struct BatchAdvice {
+    pub(crate) micro: u32,
     /// `u64`: a micro-batch of 1 with 65536x65536 needs 2^32 accumulation steps.
-    pub accum: u64,
+    pub(crate) accum: u64,
     /// Not even a micro-batch of 1 is predicted to fit: trade compute for memory.
     pub(crate) activation_checkpointing: bool,
     /// One sentence for the job's log saying what was chosen and why.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 #[cfg(test)]
@@ -158,22 +162,22 @@ impl BatchAdvice {
 
 /// The hints for one restart; [`hint_vars`] renders them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestartHints {
-    pub restarts: u32,
-    pub last_event: LastEvent,
-    pub last_peak: ByteSize,
+pub(crate) struct RestartHints {
+    pub(crate) restarts: u32,
+    pub(crate) last_event: RestartCause,
+    pub(crate) last_peak: ByteSize,
     /// The factor per-step memory should shrink by; 1.00 when the last peak already fits.
-    pub batch_scale: Hundredths,
+    pub(crate) batch_scale: Hundredths,
     /// Present when the job gave `--gpu-mem-batch`.
-    pub batch: Option<BatchAdvice>,
+    pub(crate) batch: Option<BatchAdvice>,
 }
 
 /// Computes every restart hint. See the module documentation for the model.
-pub fn restart_hints(inputs: &HintInputs) -> RestartHints {
+pub(crate) fn restart_hints(inputs: &HintInputs) -> RestartHints {
     let limit = inputs.quota.min(inputs.gpu_total);
     let fixed = inputs.fixed_estimate.map_or(0, ByteSize::bytes);
     // A preempted job made room for another; if it stayed within its quota, it fits as it was.
-    let scale = if inputs.last_event == LastEvent::Preempted && inputs.last_peak <= limit {
+    let scale = if inputs.last_event == RestartCause::Preempted && inputs.last_peak <= limit {
         Hundredths::ONE
     } else {
         batch_scale(
@@ -199,7 +203,12 @@ pub fn restart_hints(inputs: &HintInputs) -> RestartHints {
 /// `(T − fixed) / (P − fixed)` with `T = limit × (1 − margin)`, rounded down to hundredths and kept in
 /// `[MIN_BATCH_SCALE, 1.00]`: 1.00 when the peak already fits, the minimum when even the fixed part
 /// alone does not. Public so that the watchdog's early-warning suggestion uses the same model.
-pub fn batch_scale(peak: ByteSize, limit: ByteSize, fixed: Option<ByteSize>, margin: f64) -> Hundredths {
+pub(crate) fn batch_scale(
+    peak: ByteSize,
+    limit: ByteSize,
+    fixed: Option<ByteSize>,
+    margin: f64,
+) -> Hundredths {
     let target = less_margin(limit.bytes(), margin);
     let (peak, fixed) = (peak.bytes(), fixed.map_or(0, ByteSize::bytes));
     if peak <= target {
@@ -282,7 +291,7 @@ fn advise_batch(
 }
 
 /// The hints as environment variables, in a fixed order.
-pub fn hint_vars(hints: &RestartHints) -> Vec<(&'static str, String)> {
+pub(crate) fn hint_vars(hints: &RestartHints) -> Vec<(&'static str, String)> {
     let mut vars = vec![
         (RESTARTS, hints.restarts.to_string()),
         (LAST_EVENT, hints.last_event.to_string()),
@@ -312,7 +321,7 @@ mod tests {
     fn inputs(peak: u64, fixed: Option<u64>, batch: Option<(u32, u32)>) -> HintInputs {
         HintInputs {
             restarts: 1,
-            last_event: LastEvent::OverQuota,
+            last_event: RestartCause::OverQuota,
             last_peak: gb(peak),
             quota: gb(40),
             gpu_total: gb(80),
@@ -380,7 +389,7 @@ mod tests {
         // Defect 2: 39G of a 40G quota is above the 5 % safety target, but preemption is no sign
         // that the job is too big.
         let mut i = inputs(39, None, Some((8, 8)));
-        i.last_event = LastEvent::Preempted;
+        i.last_event = RestartCause::Preempted;
         let hints = restart_hints(&i);
         assert_eq!(hints.batch_scale, Hundredths::ONE);
         assert_eq!(hints.batch.map(|b| (b.micro, b.accum)), Some((8, 8)));
@@ -449,7 +458,7 @@ mod tests {
 
     #[test]
     fn which_restarts_deserve_hints() {
-        use LastEvent::*;
+        use RestartCause::*;
         let run = |requeued_for, peak: Option<u64>| PreviousRun {
             restarts: 1,
             requeued_for,
@@ -481,9 +490,13 @@ mod tests {
 
     #[test]
     fn event_names_round_trip() {
-        for e in [LastEvent::OverQuota, LastEvent::Preempted, LastEvent::NearOom] {
-            assert_eq!(LastEvent::from_name(e.as_str()), Some(e));
+        for e in [
+            RestartCause::OverQuota,
+            RestartCause::Preempted,
+            RestartCause::NearOom,
+        ] {
+            assert_eq!(RestartCause::from_name(e.as_str()), Some(e));
         }
-        assert_eq!(LastEvent::from_name("oom"), None);
+        assert_eq!(RestartCause::from_name("oom"), None);
     }
 }

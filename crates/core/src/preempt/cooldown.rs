@@ -31,7 +31,7 @@ pub struct GpuCooldown {
 
 /// Whether a preemption may happen on the GPU now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     Open,
     /// Preempted recently: nothing until `until` (unix seconds).
     CoolingDown {
@@ -40,7 +40,7 @@ pub enum Gate {
 }
 
 impl GpuCooldown {
-    pub fn gate(&self, now: u64, cooldown: Duration) -> Gate {
+    pub(crate) fn gate(&self, now: u64, cooldown: Duration) -> Gate {
         match self.last {
             // A clock stepped back (now < at) keeps the GPU cooling: until is after at.
             Some(last) if now < until(last.at, cooldown) => Gate::CoolingDown {

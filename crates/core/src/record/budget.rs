@@ -23,6 +23,14 @@ pub const MAX_NODES_WITH_IDS: usize = 4;
 use super::text::render_unbounded;
 use super::{Entry, Folded, GpuPeaks, Record, MAX_RECORD_BYTES};
 
+/// Renders a record as a segment of at most [`super::MAX_RECORD_BYTES`], dropping detail and folding
+/// the oldest entries when needed (see docs/ACCOUNTING.md, "Size bound").
+pub fn render(record: &Record) -> String {
+    let mut fitted = record.clone();
+    fit(&mut fitted, None);
+    render_unbounded(&fitted)
+}
+
 /// Shrinks `record` until it renders within the bound. `newest` names the (run, node) entry being
 /// written, which is folded only if it alone cannot fit.
 pub(super) fn fit(record: &mut Record, newest: Option<(u32, &str)>) {

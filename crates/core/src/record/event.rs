@@ -98,7 +98,7 @@ impl EventCounts {
     }
 
     /// The larger count of each kind: how two reports of the same counters are reconciled.
-    pub fn max(&self, other: &EventCounts) -> EventCounts {
+    pub(crate) fn max(&self, other: &EventCounts) -> EventCounts {
         let mut out = *self;
         for (kind, count) in other.iter() {
             out.set(kind, out.get(kind).max(count));

@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::atoms::{decode, encode, number};
 use super::error::bad_item;
-use super::text::{decode, encode, number};
 use super::{EventCounts, EventKind, Facts, RecordError};
 
 /// The most node-runs a summary may list: far more than Slurm's nodes in one job, and a bound on
@@ -27,14 +27,14 @@ const MAX_LISTED: usize = 1 << 16;
 
 /// The summed fields of one folded entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub events: EventCounts,
-    pub restarts: u32,
-    pub over_warn_secs: u64,
+pub(crate) struct Counts {
+    pub(crate) events: EventCounts,
+    pub(crate) restarts: u32,
+    pub(crate) over_warn_secs: u64,
 }
 
 impl Counts {
-    pub fn of(facts: &Facts) -> Counts {
+    pub(crate) fn of(facts: &Facts) -> Counts {
         Counts {
             events: facts.events,
             restarts: facts.restarts,
@@ -43,13 +43,13 @@ impl Counts {
     }
 
     /// Whether every count is at least `other`'s.
-    pub fn covers(&self, other: &Counts) -> bool {
+    pub(crate) fn covers(&self, other: &Counts) -> bool {
         self.events.max(&other.events) == self.events
             && self.restarts >= other.restarts
             && self.over_warn_secs >= other.over_warn_secs
     }
 
-    pub fn max(&self, other: &Counts) -> Counts {
+    pub(crate) fn max(&self, other: &Counts) -> Counts {
         Counts {
             events: self.events.max(&other.events),
             restarts: self.restarts.max(other.restarts),

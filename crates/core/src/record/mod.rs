@@ -14,6 +14,7 @@
 //! [`merge()`], writes the result back (`scontrol update JobId=N AdminComment=...`, one argv word) and
 //! checks the write with [`is_recorded`].
 
+mod atoms;
 mod budget;
 mod error;
 mod event;
@@ -23,13 +24,13 @@ mod locate;
 mod merge;
 mod text;
 
-pub use budget::MAX_NODES_WITH_IDS;
+pub use budget::{render, MAX_NODES_WITH_IDS};
 pub use error::RecordError;
 pub use event::LastEvent;
 pub use event::{EventCounts, EventKind};
-pub use ledger::Counts;
+pub(crate) use ledger::Counts;
 pub use merge::{is_recorded, merge};
-pub use text::{parse, render};
+pub use text::parse;
 
 use crate::size::ByteSize;
 
@@ -81,7 +82,7 @@ pub enum GpuPeaks {
 
 impl GpuPeaks {
     /// The largest peak (0 when no GPU was sampled yet).
-    pub fn highest(&self) -> u64 {
+    pub(crate) fn highest(&self) -> u64 {
         match self {
             GpuPeaks::Each(gpus) => gpus.iter().map(|g| g.peak).max().unwrap_or(0),
             GpuPeaks::Max(max) => *max,
@@ -188,7 +189,7 @@ impl Entry {
     /// Whether this entry says at least what `other` (of the same node and run) says: a quota,
     /// peaks and counts as high, events as late. GPU ids are not looked at, and neither is
     /// per-GPU detail once this entry has only its largest peak.
-    pub fn covers(&self, other: &Entry) -> bool {
+    pub(crate) fn covers(&self, other: &Entry) -> bool {
         let peaks = match (&self.peaks, &other.peaks) {
             (GpuPeaks::Each(mine), GpuPeaks::Each(theirs)) => theirs.iter().all(|gpu| {
                 mine.binary_search_by_key(&gpu.index, |g| g.index)
@@ -210,7 +211,7 @@ impl Entry {
     }
 
     /// What identifies an entry: its run, then its node. Also the order entries are listed in.
-    pub fn key(&self) -> (u32, &str) {
+    pub(crate) fn key(&self) -> (u32, &str) {
         (self.run, &self.node)
     }
 }
@@ -239,7 +240,7 @@ impl Record {
     /// folded into the summary with counts as high. What a writer checks before and after it
     /// writes: the meaning, not the bytes, so that another writer's folding or dropping of
     /// detail never makes an entry look missing (review K4).
-    pub fn holds(&self, update: &Entry) -> bool {
+    pub(crate) fn holds(&self, update: &Entry) -> bool {
         if let Some(stored) = self.entry(&update.node, update.run) {
             return stored.covers(update);
         }
@@ -328,7 +329,7 @@ impl Record {
 
 /// A short id for a GPU from its NVML UUID: the first 8 hex digits after the `GPU-` or `MIG-`
 /// prefix (`GPU-1a2b3c4d-...` → `1a2b3c4d`). Enough to tell a node's GPUs apart in a record.
-pub fn short_gpu_id(uuid: &str) -> String {
+pub(crate) fn short_gpu_id(uuid: &str) -> String {
     let rest = uuid
         .strip_prefix("GPU-")
         .or_else(|| uuid.strip_prefix("MIG-"))

@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use super::budget::fit;
+use super::atoms::{decode, encode, is_unreserved, number};
 use super::error::bad_item;
 use super::ledger;
 use super::locate::segments;
@@ -41,14 +41,6 @@ pub fn parse(admin_comment: &str) -> Result<Option<Record>, RecordError> {
         (None, Some(v)) => Err(RecordError::OlderVersion(v)),
         (None, None) => Ok(None),
     }
-}
-
-/// Renders a record as a segment of at most [`super::MAX_RECORD_BYTES`], dropping detail and folding
-/// the oldest entries when needed (see docs/ACCOUNTING.md, "Size bound").
-pub fn render(record: &Record) -> String {
-    let mut fitted = record.clone();
-    fit(&mut fitted, None);
-    render_unbounded(&fitted)
 }
 
 /// Renders a record in its canonical form, whatever its length.
@@ -140,50 +132,9 @@ fn parse_size_text(text: &str) -> Option<u64> {
     parse_size(text).ok().map(ByteSize::bytes)
 }
 
-/// Characters names keep as they are; all others are written `%XX`.
-fn is_unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')
-}
-
 /// The only other characters a body contains: the grammar's punctuation.
 fn is_punctuation(b: u8) -> bool {
     matches!(b, b';' | b':' | b',' | b'=' | b'/' | b'@' | b'*' | b'%')
-}
-
-pub(super) fn encode(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for b in name.bytes() {
-        if is_unreserved(b) {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
-pub(super) fn decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes.get(i + 1..i + 3)?;
-                if !hex.iter().all(u8::is_ascii_hexdigit) {
-                    return None;
-                }
-                out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-                i += 3;
-            }
-            b if is_unreserved(b) => {
-                out.push(b);
-                i += 1;
-            }
-            _ => return None,
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Parses the text between the braces; `offset` is where it starts in the AdminComment.
@@ -355,32 +306,9 @@ fn parse_facts(item: &str, fields: &Fields) -> Result<Facts, RecordError> {
     })
 }
 
-/// A whole number in plain decimal digits (no sign, no spaces), if it fits in a u64.
-pub(super) fn number(text: &str) -> Option<u64> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_survive_encoding() {
-        for name in ["gpu01", "a.b-c_d", "", "odd name|x", "ü", "%", "a/b:c"] {
-            let encoded = encode(name);
-            assert!(
-                encoded.bytes().all(|b| is_unreserved(b) || b == b'%'),
-                "{encoded}"
-            );
-            assert_eq!(decode(&encoded).as_deref(), Some(name));
-        }
-        for bad in ["%", "%4", "%zz", "%+F", "a=b", "%FF"] {
-            assert_eq!(decode(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn sizes() {
@@ -399,13 +327,5 @@ mod tests {
         assert_eq!(parse_size_text("0"), Some(0));
         assert_eq!(parse_size_text("30"), None, "bare numbers are refused");
         assert_eq!(parse_size_text("-1G"), None);
-    }
-
-    #[test]
-    fn numbers_are_plain_digits() {
-        assert_eq!(number("42"), Some(42));
-        for bad in ["", "+1", "-1", " 1", "1e3", "18446744073709551616"] {
-            assert_eq!(number(bad), None, "{bad}");
-        }
     }
 }

@@ -77,11 +77,12 @@ impl JobRecord {
 
 #[derive(Deserialize)]
 struct Response {
-    jobs: Vec<Job>,
+    jobs: Vec<SqueueJob>,
 }
 
+/// One job of `squeue --json` (or `scontrol show job --json`): only the fields read here.
 #[derive(Deserialize)]
-struct Job {
+struct SqueueJob {
     job_id: u32,
     #[serde(default)]
     admin_comment: Option<String>,
@@ -182,7 +183,7 @@ pub fn parse_job_info_json(output: &str, job_id: u32) -> Result<JobInfo, String>
 }
 
 /// The one record of job `job_id` in the output (22.05 lists every job whatever was asked).
-fn the_job(output: &str, job_id: u32) -> Result<Job, String> {
+fn the_job(output: &str, job_id: u32) -> Result<SqueueJob, String> {
     let response: Response =
         serde_json::from_str(output).map_err(|e| format!("not the JSON squeue --json prints: {e}"))?;
     let count = response.jobs.len();

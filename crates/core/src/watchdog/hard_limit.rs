@@ -16,8 +16,8 @@ pub const LIMIT_MAX: u64 = u64::MAX;
 
 /// NVML return codes the outcome depends on.
 pub const NVML_SUCCESS: i32 = 0;
-pub const NVML_ERROR_NOT_SUPPORTED: i32 = 3;
-pub const NVML_ERROR_FUNCTION_NOT_FOUND: i32 = 13;
+pub(crate) const NVML_ERROR_NOT_SUPPORTED: i32 = 3;
+pub(crate) const NVML_ERROR_FUNCTION_NOT_FOUND: i32 = 13;
 
 /// The hard limit in force for the job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub struct InForce {
     /// The job's cgroup directory, the limit's namespace.
     pub namespace: PathBuf,
     /// The job's GPUs (node indices) it is set on: all of them.
-    pub gpus: Vec<u32>,
+    pub(crate) gpus: Vec<u32>,
     /// Soft and hard limit: the quota.
     pub bytes: u64,
 }

@@ -28,11 +28,11 @@ pub(crate) const END_POLL: Duration = Duration::from_secs(1);
 
 /// The run as the watchdog sampled it, on its busiest GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunPeak {
-    pub peak: u64,
-    pub quota: u64,
+pub(crate) struct RunPeak {
+    pub(crate) peak: u64,
+    pub(crate) quota: u64,
     /// The GPU's size (NVML's total).
-    pub gpu_total: u64,
+    pub(crate) gpu_total: u64,
 }
 
 /// The policy's part in the decision.
@@ -46,7 +46,7 @@ pub struct HealPolicy {
 
 /// What to do about a run that ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum HealDecision {
     /// slurmctld does not show the end yet: ask again.
     Wait,
     /// Leave the job as it ended; why, for the log.
@@ -55,7 +55,7 @@ pub enum Verdict {
 }
 
 /// Whether the run is worth asking slurmctld about at all: self-healing on, and near out of memory.
-pub fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
+pub(crate) fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
     policy.enabled
         && crate::hints::near_oom(
             ByteSize::from_bytes(run.peak),
@@ -74,8 +74,14 @@ pub fn near_oom(run: &RunPeak, policy: &HealPolicy) -> bool {
 /// the second node fails the job's srun, and so its script). Should several nodes come near, the
 /// first requeue wins: the others find the job requeued (its restart count moved on), or slurmctld
 /// refuses to requeue a pending job ([`after_run`] asks which).
-pub fn decide(end: &JobEnd, run: u32, peak: &RunPeak, requeues_by_us: u32, policy: &HealPolicy) -> Verdict {
-    let leave = |why: &str| Verdict::Leave(why.to_string());
+pub(crate) fn decide(
+    end: &JobEnd,
+    run: u32,
+    peak: &RunPeak,
+    requeues_by_us: u32,
+    policy: &HealPolicy,
+) -> HealDecision {
+    let leave = |why: &str| HealDecision::Leave(why.to_string());
     if !near_oom(peak, policy) {
         return leave("self-healing is off, or the run did not come near out of memory");
     }
@@ -84,8 +90,8 @@ pub fn decide(end: &JobEnd, run: u32, peak: &RunPeak, requeues_by_us: u32, polic
     }
     match end.state {
         JobState::Failed => {}
-        ref state if not_ended(state) => return Verdict::Wait,
-        ref other => return Verdict::Leave(format!("it ended {other}, not FAILED: not requeued")),
+        ref state if not_ended(state) => return HealDecision::Wait,
+        ref other => return HealDecision::Leave(format!("it ended {other}, not FAILED: not requeued")),
     }
     if end.exit_code == Some(0) && end.signal == 0 {
         return leave("it ended FAILED with exit code 0: not an out-of-memory failure");
@@ -94,12 +100,12 @@ pub fn decide(end: &JobEnd, run: u32, peak: &RunPeak, requeues_by_us: u32, polic
         return leave("only a batch job that allows requeue (not --no-requeue) can be requeued");
     }
     if requeues_by_us >= policy.max_requeues {
-        return Verdict::Leave(format!(
+        return HealDecision::Leave(format!(
             "already requeued {requeues_by_us} time(s) for GPU memory (max_requeues {}): it stays FAILED",
             policy.max_requeues
         ));
     }
-    Verdict::Requeue
+    HealDecision::Requeue
 }
 
 /// The run ended here (the plugin stopped the watchdog, or slurmctld says the job left RUNNING):
@@ -160,13 +166,13 @@ pub fn after_run(
         ByteSize::from_bytes(peak.gpu_total).floor_mib(),
     );
     match verdict {
-        Verdict::Wait => report.warning(&format!(
+        HealDecision::Wait => report.warning(&format!(
             "self-healing: slurmctld still shows the job {} after {}s: left as it is",
             end.state,
             (END_POLL * (END_POLLS - 1)).as_secs()
         )),
-        Verdict::Leave(why) => report.info(&format!("{what}: {why}")),
-        Verdict::Requeue => {
+        HealDecision::Leave(why) => report.info(&format!("{what}: {why}")),
+        HealDecision::Requeue => {
             if let Err(e) = control.requeue_ended() {
                 // Another node of the job, near out of memory too, requeued it first.
                 if let Ok(Some(now)) = control.ending() {
@@ -313,31 +319,34 @@ mod tests {
     #[test]
     fn a_batch_job_that_failed_near_its_quota_is_requeued() {
         // 15.5G of 16G: within 5 %.
-        assert_eq!(decide(&failed(1), 0, &peak(31 * G / 2), 0, &ON), Verdict::Requeue);
+        assert_eq!(
+            decide(&failed(1), 0, &peak(31 * G / 2), 0, &ON),
+            HealDecision::Requeue
+        );
         // Killed by a signal (a C++ OOM abort): the exit code is 0, the signal tells.
         let aborted = JobEnd {
             exit_code: Some(0),
             signal: 6,
             ..failed(0)
         };
-        assert_eq!(decide(&aborted, 0, &peak(16 * G), 0, &ON), Verdict::Requeue);
+        assert_eq!(decide(&aborted, 0, &peak(16 * G), 0, &ON), HealDecision::Requeue);
         // Near the GPU's size with a quota larger than the GPU.
         let full_gpu = RunPeak {
             peak: 79 * G,
             quota: 100 * G,
             gpu_total: 80 * G,
         };
-        assert_eq!(decide(&failed(1), 0, &full_gpu, 0, &ON), Verdict::Requeue);
+        assert_eq!(decide(&failed(1), 0, &full_gpu, 0, &ON), HealDecision::Requeue);
     }
 
     #[test]
     fn far_from_the_quota_or_switched_off_it_stays_failed() {
         let far = decide(&failed(1), 0, &peak(8 * G), 0, &ON);
-        assert!(matches!(far, Verdict::Leave(_)), "{far:?}");
+        assert!(matches!(far, HealDecision::Leave(_)), "{far:?}");
         let off = HealPolicy { enabled: false, ..ON };
         assert!(matches!(
             decide(&failed(1), 0, &peak(16 * G), 0, &off),
-            Verdict::Leave(_)
+            HealDecision::Leave(_)
         ));
         assert!(!near_oom(&peak(16 * G), &off));
         assert!(near_oom(&peak(16 * G), &ON) && !near_oom(&peak(15 * G), &ON));
@@ -346,7 +355,8 @@ mod tests {
     #[test]
     fn only_a_failure_of_this_run_of_a_requeueable_batch_job() {
         let near = peak(16 * G);
-        let leaves = |end: JobEnd, run: u32| matches!(decide(&end, run, &near, 0, &ON), Verdict::Leave(_));
+        let leaves =
+            |end: JobEnd, run: u32| matches!(decide(&end, run, &near, 0, &ON), HealDecision::Leave(_));
         for state in [
             JobState::Completed,
             JobState::Cancelled,
@@ -389,7 +399,7 @@ mod tests {
             node_count: 2,
             ..failed(1)
         };
-        assert_eq!(decide(&two_nodes, 0, &near, 0, &ON), Verdict::Requeue);
+        assert_eq!(decide(&two_nodes, 0, &near, 0, &ON), HealDecision::Requeue);
     }
 
     #[test]
@@ -397,10 +407,10 @@ mod tests {
         let near = peak(16 * G);
         for state in [JobState::Running, JobState::Completing] {
             let end = JobEnd { state, ..failed(1) };
-            assert_eq!(decide(&end, 0, &near, 0, &ON), Verdict::Wait);
+            assert_eq!(decide(&end, 0, &near, 0, &ON), HealDecision::Wait);
         }
-        assert_eq!(decide(&failed(1), 0, &near, 2, &ON), Verdict::Requeue);
-        let Verdict::Leave(why) = decide(&failed(1), 0, &near, 3, &ON) else {
+        assert_eq!(decide(&failed(1), 0, &near, 2, &ON), HealDecision::Requeue);
+        let HealDecision::Leave(why) = decide(&failed(1), 0, &near, 3, &ON) else {
             panic!("requeued past max_requeues");
         };
         assert!(why.contains("max_requeues 3"), "{why}");

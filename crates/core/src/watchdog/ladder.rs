@@ -33,9 +33,9 @@ pub(crate) const RECOVER_SHARE_OF_WARN: f64 = 0.9;
 /// of crossings not logged since.
 const CROSSING_LINE_EVERY: Duration = Duration::from_secs(5 * 60);
 
-/// What one sample means for the job.
+/// What one sample means for the job: where it stands on the ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum LadderStep {
     Nothing,
     /// Usage reached the warn threshold (once until it recovers).
     Warn,
@@ -204,9 +204,15 @@ pub(crate) struct Ladder {
 
 impl Ladder {
     /// Feeds one sample: the highest usage over the job's GPUs against the quota per GPU.
-    pub(crate) fn observe(&mut self, used: u64, quota: u64, now: Instant, settings: &Enforcement) -> Step {
+    pub(crate) fn observe(
+        &mut self,
+        used: u64,
+        quota: u64,
+        now: Instant,
+        settings: &Enforcement,
+    ) -> LadderStep {
         if self.acted {
-            return Step::Nothing;
+            return LadderStep::Nothing;
         }
         let grace = settings.grace;
         let over = used > quota;
@@ -230,11 +236,11 @@ impl Ladder {
         };
         if episode_is_due(episode, now, grace, settings.grace_over_share) {
             self.acted = true;
-            return Step::Act;
+            return LadderStep::Act;
         }
         match crossing {
-            Step::Warn => Step::Warn,
-            _ => Step::Over {
+            LadderStep::Warn => LadderStep::Warn,
+            _ => LadderStep::Over {
                 deadline: episode.first_over + grace,
             },
         }
@@ -242,20 +248,20 @@ impl Ladder {
 
     /// The warn threshold with hysteresis: `Warn` on reaching it, `Recovered` only below the
     /// recover level, `Nothing` in between.
-    fn warn_or_recover(&mut self, used: u64, quota: u64, warn_threshold: f64) -> Step {
+    fn warn_or_recover(&mut self, used: u64, quota: u64, warn_threshold: f64) -> LadderStep {
         let warn_at = (quota as f64 * warn_threshold) as u64;
         let recover_below = (warn_at as f64 * RECOVER_SHARE_OF_WARN) as u64;
         if used >= warn_at {
             return if std::mem::replace(&mut self.warned, true) {
-                Step::Nothing
+                LadderStep::Nothing
             } else {
-                Step::Warn
+                LadderStep::Warn
             };
         }
         if used < recover_below && std::mem::replace(&mut self.warned, false) {
-            return Step::Recovered;
+            return LadderStep::Recovered;
         }
-        Step::Nothing
+        LadderStep::Nothing
     }
 
     /// `Act` came, but the fresh sample that confirms it was not over the quota: do not act now,
@@ -286,7 +292,7 @@ impl Ladder {
 
 /// What the job's Slurm record allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct JobFacts {
+pub(crate) struct ActFacts {
     /// A batch job with requeue allowed (`BatchFlag=1`, `Requeue=1`).
     pub(crate) requeueable: bool,
     /// Requeues we caused in earlier runs (from the job's record).
@@ -294,7 +300,7 @@ pub(crate) struct JobFacts {
 }
 
 /// The action for a job that stayed over its quota, and why when it is not the configured one.
-pub(crate) fn choose_action(settings: &Enforcement, job: JobFacts) -> (Action, Option<String>) {
+pub(crate) fn choose_action(settings: &Enforcement, job: ActFacts) -> (Action, Option<String>) {
     let wanted = settings.action;
     if matches!(wanted, Action::WarnOnly | Action::Cancel) {
         return (wanted, None);
@@ -345,15 +351,15 @@ mod tests {
         let s = |secs: u64| t0 + Duration::from_secs(secs);
         let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
-        let table: &[(u64, u64, Step)] = &[
-            (0, 30 * G, Step::Nothing),
-            (1, 37 * G, Step::Warn), // 92.5% of 40G
-            (2, 38 * G, Step::Nothing),
-            (3, 30 * G, Step::Recovered),
-            (4, 50 * G, Step::Warn), // straight over: the warning comes first
-            (5, 50 * G, Step::Over { deadline: s(14) }),
-            (14, 50 * G, Step::Act),
-            (15, 50 * G, Step::Nothing), // acted once, never again
+        let table: &[(u64, u64, LadderStep)] = &[
+            (0, 30 * G, LadderStep::Nothing),
+            (1, 37 * G, LadderStep::Warn), // 92.5% of 40G
+            (2, 38 * G, LadderStep::Nothing),
+            (3, 30 * G, LadderStep::Recovered),
+            (4, 50 * G, LadderStep::Warn), // straight over: the warning comes first
+            (5, 50 * G, LadderStep::Over { deadline: s(14) }),
+            (14, 50 * G, LadderStep::Act),
+            (15, 50 * G, LadderStep::Nothing), // acted once, never again
         ];
         for &(at, used, expected) in table {
             assert_eq!(
@@ -365,7 +371,12 @@ mod tests {
     }
 
     /// Feeds `(seconds after t0, bytes)` samples; the steps the ladder answered.
-    fn feed(ladder: &mut Ladder, t0: Instant, settings: &Enforcement, samples: &[(f64, u64)]) -> Vec<Step> {
+    fn feed(
+        ladder: &mut Ladder,
+        t0: Instant,
+        settings: &Enforcement,
+        samples: &[(f64, u64)],
+    ) -> Vec<LadderStep> {
         samples
             .iter()
             .map(|&(at, used)| ladder.observe(used, QUOTA, t0 + secs(at), settings))
@@ -383,13 +394,13 @@ mod tests {
             &settings,
             &[(0.0, 50 * G), (5.0, 50 * G), (9.0, 20 * G)],
         );
-        assert_eq!(steps[2], Step::Recovered);
+        assert_eq!(steps[2], LadderStep::Recovered);
         assert!(!ladder.is_over());
         // However long it stays under: the sample that would act has to be over the quota.
         for at in 10..40 {
             assert_eq!(
                 ladder.observe(20 * G, QUOTA, t0 + Duration::from_secs(at), &settings),
-                Step::Nothing
+                LadderStep::Nothing
             );
         }
     }
@@ -405,15 +416,15 @@ mod tests {
             .map(|s| (s as f64, if s == 5 { 30 * G } else { 50 * G }))
             .collect();
         let steps = feed(&mut ladder, t0, &settings, &samples);
-        assert_eq!(steps[5], Step::Recovered);
-        assert_eq!(steps[6], Step::Warn);
+        assert_eq!(steps[5], LadderStep::Recovered);
+        assert_eq!(steps[6], LadderStep::Warn);
         assert_eq!(
             steps[7],
-            Step::Over {
+            LadderStep::Over {
                 deadline: t0 + Duration::from_secs(10)
             }
         );
-        assert_eq!(steps[10], Step::Act); // 9 s of the last 10 over
+        assert_eq!(steps[10], LadderStep::Act); // 9 s of the last 10 over
     }
 
     #[test]
@@ -430,7 +441,7 @@ mod tests {
                 ladder.observe(used, QUOTA, t0 + Duration::from_secs(s), &settings);
             }
             match ladder.observe(50 * G, QUOTA, t0 + Duration::from_secs(back), &settings) {
-                Step::Over { deadline } => Some(deadline - t0),
+                LadderStep::Over { deadline } => Some(deadline - t0),
                 _ => None,
             }
         };
@@ -453,10 +464,10 @@ mod tests {
             &settings,
             &[(0.0, 50 * G), (10.0, 20 * G), (30.0, 50 * G)],
         );
-        assert_eq!(steps[2], Step::Warn);
+        assert_eq!(steps[2], LadderStep::Warn);
         assert_eq!(
             ladder.observe(50 * G, QUOTA, t0 + secs(31.0), &settings),
-            Step::Over {
+            LadderStep::Over {
                 deadline: t0 + secs(40.0)
             }
         );
@@ -484,7 +495,7 @@ mod tests {
             } else {
                 30 * G
             };
-            if ladder.observe(used, QUOTA, t0 + secs(at), settings) == Step::Act {
+            if ladder.observe(used, QUOTA, t0 + secs(at), settings) == LadderStep::Act {
                 return Some(at);
             }
             // A fixed spread of -10 % to +10 %, different from sample to sample.
@@ -568,8 +579,8 @@ mod tests {
             .map(|s| (s as f64, if s == 5 { 30 * G } else { 50 * G }))
             .collect();
         let steps = feed(&mut ladder, t0, &settings, &samples);
-        assert!(!steps[..16].contains(&Step::Act), "{steps:?}");
-        assert_eq!(steps[16], Step::Act); // the window [6 s, 16 s) is all over
+        assert!(!steps[..16].contains(&LadderStep::Act), "{steps:?}");
+        assert_eq!(steps[16], LadderStep::Act); // the window [6 s, 16 s) is all over
     }
 
     #[test]
@@ -578,18 +589,18 @@ mod tests {
         let settings = settings(Duration::from_secs(10), 0.5);
         let mut ladder = Ladder::default();
         let samples: Vec<(f64, u64)> = (0..=10).map(|s| (s as f64, 50 * G)).collect();
-        assert_eq!(feed(&mut ladder, t0, &settings, &samples)[10], Step::Act);
+        assert_eq!(feed(&mut ladder, t0, &settings, &samples)[10], LadderStep::Act);
         // The fresh sample was under the quota: the next sample over acts, no new grace period.
         ladder.unconfirmed();
         assert_eq!(
             ladder.observe(50 * G, QUOTA, t0 + secs(11.0), &settings),
-            Step::Act
+            LadderStep::Act
         );
         // slurmctld did not answer: the next attempt a grace period later, without a new warning.
         ladder.retry_later();
         assert_eq!(
             ladder.observe(50 * G, QUOTA, t0 + secs(12.0), &settings),
-            Step::Over {
+            LadderStep::Over {
                 deadline: t0 + secs(22.0)
             }
         );
@@ -613,7 +624,7 @@ mod tests {
             36 * G,
         ];
         let samples: Vec<(f64, u64)> = used.iter().enumerate().map(|(i, &u)| (i as f64, u)).collect();
-        use Step::{Nothing, Recovered, Warn};
+        use LadderStep::{Nothing, Recovered, Warn};
         assert_eq!(
             feed(&mut ladder, t0, &settings, &samples),
             [Warn, Nothing, Nothing, Nothing, Nothing, Recovered, Nothing, Warn]
@@ -645,7 +656,7 @@ mod tests {
         let settings = settings(Duration::ZERO, 0.5);
         assert_eq!(
             ladder.observe(41 * G, QUOTA, Instant::now(), &settings),
-            Step::Act
+            LadderStep::Act
         );
     }
 
@@ -655,7 +666,7 @@ mod tests {
         let settings = settings(Duration::ZERO, 0.5);
         assert_eq!(
             ladder.observe(40 * G, QUOTA, Instant::now(), &settings),
-            Step::Warn
+            LadderStep::Warn
         );
         assert!(!ladder.is_over());
     }
@@ -663,7 +674,7 @@ mod tests {
     #[test]
     fn action_table() {
         let settings = Enforcement::default(); // requeue, max 3, escalation requeue-hold, no-requeue: cancel
-        let facts = |requeueable, requeues_by_us| JobFacts {
+        let facts = |requeueable, requeues_by_us| ActFacts {
             requeueable,
             requeues_by_us,
         };

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::GpuUsage;
-use crate::controller::{ControlError, Controller, JobState};
+use crate::controller::{ControlError, Controller, SlurmJob};
 use crate::size::ByteSize;
 
 /// How often a watchdog that has no job cgroup to look at asks slurmctld whether its job still runs.
-pub const CHECK_WITHOUT_CGROUP: Duration = Duration::from_secs(300);
+pub(crate) const CHECK_WITHOUT_CGROUP: Duration = Duration::from_secs(300);
 
 /// Whether slurmctld's view says this run of the job (`run`: its restart count, when known) is
 /// still going. A job slurmctld says is gone is not; `Err`: slurmctld gave no usable answer (or
@@ -32,7 +32,7 @@ pub fn still_running(control: &mut dyn Controller, run: Option<u32>) -> Result<b
 /// count, when known): running, and not restarted since. A job requeued for a node failure is
 /// pending, or running again with one more restart, possibly on other nodes; what is left of the
 /// old run on a node whose slurmd died is no longer the job's to act for.
-pub fn is_this_run(job: &JobState, run: Option<u32>) -> bool {
+pub fn is_this_run(job: &SlurmJob, run: Option<u32>) -> bool {
     job.is_running() && run.is_none_or(|r| r == job.restarts)
 }
 
@@ -56,7 +56,7 @@ pub enum SlurmdGoneRun {
 
 /// How many [`SlurmdGoneRun::Unsettled`] answers are waited out (one ask each,
 /// [`SLURMD_GONE_CHECK`] apart) before the run is taken as over without a node failure.
-pub const UNSETTLED_ASKS: u32 = 6;
+pub(crate) const UNSETTLED_ASKS: u32 = 6;
 
 /// The rule, over slurmctld's answers: `job` (its record, or why there is none), `run` (the
 /// restart count of the run watched, when known), `node_down` (whether slurmctld has this node
@@ -65,7 +65,7 @@ pub const UNSETTLED_ASKS: u32 = 6;
 /// never inferred from this node's side alone (a slurmd not found, a job gone): only slurmctld's
 /// NODE_FAIL or requeue with this node DOWN says it.
 pub fn slurmd_gone_run(
-    job: Result<&JobState, &ControlError>,
+    job: Result<&SlurmJob, &ControlError>,
     run: Option<u32>,
     node_down: Option<bool>,
     unsettled: u32,
@@ -106,15 +106,15 @@ pub fn slurmd_gone_run(
 /// slurmd only after `SlurmdTimeout` (300 s by default) and requeues or ends the job then; until
 /// it has, the answer is "running", and the watchdog enforces as before. Once it has, the old
 /// run's tasks here are orphans holding their GPU memory, so the answer is wanted soon.
-pub const SLURMD_GONE_CHECK: Duration = Duration::from_secs(10);
+pub(crate) const SLURMD_GONE_CHECK: Duration = Duration::from_secs(10);
 
 /// How many "still running" answers are asked for at [`SLURMD_GONE_CHECK`]: 10 minutes, twice the
 /// default `SlurmdTimeout`. After them, a node cut off this long is asked about every
 /// [`SLURMD_GONE_SLOW_CHECK`].
-pub const SLURMD_GONE_FAST_ANSWERS: u32 = 60;
+pub(crate) const SLURMD_GONE_FAST_ANSWERS: u32 = 60;
 
 /// See [`SLURMD_GONE_FAST_ANSWERS`].
-pub const SLURMD_GONE_SLOW_CHECK: Duration = Duration::from_secs(60);
+pub(crate) const SLURMD_GONE_SLOW_CHECK: Duration = Duration::from_secs(60);
 
 /// How often a watchdog whose node's slurmd is gone asks slurmctld whether its run goes on, after
 /// slurmctld has said `answered` times that it does. (A slurmd restarted on purpose is found again
@@ -161,15 +161,15 @@ pub fn record_retry_after(failures: u32) -> Duration {
 }
 
 /// See [`record_retry_after`].
-pub const RECORD_RETRY_FIRST: Duration = Duration::from_secs(30);
+pub(crate) const RECORD_RETRY_FIRST: Duration = Duration::from_secs(30);
 
 /// See [`record_retry_after`].
-pub const RECORD_RETRY_MOST: Duration = Duration::from_secs(600);
+pub(crate) const RECORD_RETRY_MOST: Duration = Duration::from_secs(600);
 
 /// Each wait between samples is the interval times a factor drawn uniformly from
 /// `[1 - INTERVAL_JITTER, 1 + INTERVAL_JITTER]`, so that a job cycling its memory cannot stay
 /// phase-locked to the samples (review F7); ±10 % keeps the interval what the policy says.
-pub const INTERVAL_JITTER: f64 = 0.1;
+pub(crate) const INTERVAL_JITTER: f64 = 0.1;
 
 /// xorshift64*: cheap, and enough to spread sample times. Nothing secret depends on it; its state
 /// lives in root's process, where the job cannot read it.
@@ -228,8 +228,8 @@ mod tests {
     use super::*;
 
     /// A two-node job in `state`, after `restarts` requeues.
-    fn job(state: crate::slurm_text::JobState, restarts: u32) -> JobState {
-        JobState {
+    fn job(state: crate::slurm_text::JobState, restarts: u32) -> SlurmJob {
+        SlurmJob {
             state,
             restarts,
             requeueable: true,
@@ -301,7 +301,7 @@ mod tests {
         // (what, job, run, node down, earlier unsettled answers, verdict)
         type Case = (
             &'static str,
-            Result<JobState, ControlError>,
+            Result<SlurmJob, ControlError>,
             Option<u32>,
             Option<bool>,
             u32,

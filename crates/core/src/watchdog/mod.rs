@@ -13,7 +13,7 @@
 pub mod gpu;
 pub mod hard_limit;
 pub mod heal;
-pub mod ladder;
+pub(crate) mod ladder;
 pub mod lifetime;
 pub mod shared_record;
 pub mod status;
@@ -29,7 +29,7 @@ use crate::predict::{self, PredictParams, Sample};
 use crate::record::{self, EventKind};
 use crate::size::ByteSize;
 use gpu::{GpuSample, GpuSource};
-use ladder::{JobFacts, Ladder, Step};
+use ladder::{ActFacts, Ladder, LadderStep};
 use shared_record::{count_action, record_first, requeues_caused, Recorded};
 
 /// Which processes are the job's. `None`: the process is gone.
@@ -55,8 +55,8 @@ pub trait Reporter {
 /// Per GPU of the job: what it uses now and at most.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuUsage {
-    pub uuid: String,
-    pub total: u64,
+    pub(crate) uuid: String,
+    pub(crate) total: u64,
     pub used: u64,
     pub peak: u64,
     /// Processes of the job whose usage NVML could not tell.
@@ -78,10 +78,10 @@ pub enum Flow {
 }
 
 pub struct Watchdog {
-    pub job_id: u32,
-    pub node: String,
+    pub(crate) job_id: u32,
+    pub(crate) node: String,
     pub quota: Option<ByteSize>,
-    pub settings: Enforcement,
+    pub(crate) settings: Enforcement,
     usage: BTreeMap<u32, GpuUsage>,
     ladder: Ladder,
     /// The restart count of the run this watchdog watches; another count means a new run.
@@ -402,8 +402,8 @@ impl Watchdog {
             status::JobHealth::Ok
         };
         let flow = match step {
-            Step::Nothing | Step::Over { .. } => Flow::Continue,
-            Step::Warn => {
+            LadderStep::Nothing | LadderStep::Over { .. } => Flow::Continue,
+            LadderStep::Warn => {
                 if let Some(record) = &mut self.entry {
                     record.count_event(EventKind::Warn, unix_now());
                 }
@@ -418,7 +418,7 @@ impl Watchdog {
                 }
                 Flow::Continue
             }
-            Step::Recovered => {
+            LadderStep::Recovered => {
                 if let Some(not_logged) = self.ladder.lines.admit(ladder::Crossing::Recovered, now) {
                     report.info(&format!(
                         "GPU memory back under {:.0}% of the warn threshold{}",
@@ -428,7 +428,7 @@ impl Watchdog {
                 }
                 Flow::Continue
             }
-            Step::Act => self.act(gpus, attributor, control, report, quota),
+            LadderStep::Act => self.act(gpus, attributor, control, report, quota),
         };
         report.status(&self.status(Some(quota)));
         flow
@@ -523,7 +523,7 @@ impl Watchdog {
                 job.restarts
             }
         };
-        let facts = JobFacts {
+        let facts = ActFacts {
             requeueable: job.requeueable,
             requeues_by_us,
         };

@@ -1,7 +1,7 @@
 //! Quota resolution: precedence, percents, unknown identity on the submit host, refusals.
 
 use gmq_core::config::{self, Config, RuleKind};
-use gmq_core::quota::{resolve, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
+use gmq_core::quota::{resolve, Effective, GpuSize, Identity, OverCap, QuotaFrom, Setting, Unchecked};
 use gmq_core::size::{parse_size, ByteSize};
 
 fn policy(text: &str) -> Config {
@@ -222,7 +222,7 @@ fn the_issue_example_physics_40g_test_user_30g() {
         ..Identity::default()
     };
     // On the submit host the account may be unknown; the user rule decides anyway.
-    let refusal: Refusal = resolve(&config, &user, Some(sz("35G")), None).unwrap_err();
+    let refusal: OverCap = resolve(&config, &user, Some(sz("35G")), None).unwrap_err();
     assert_eq!(
         refusal.to_string(),
         "--gpu-mem-quota=35G exceeds the 30G cap for user 'gmq-user'"

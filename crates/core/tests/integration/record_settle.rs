@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use gmq_core::config::{Action, Enforcement};
-use gmq_core::controller::{AdminComment, ControlError, Controller, JobState};
+use gmq_core::controller::{AdminComment, ControlError, Controller, SlurmJob};
 use gmq_core::record::{self, EventKind};
 use gmq_core::size::ByteSize;
 use gmq_core::slurm_text as slurmctl;
@@ -33,8 +33,8 @@ struct NodeSlurm {
 }
 
 impl Controller for NodeSlurm {
-    fn job(&mut self) -> Result<JobState, ControlError> {
-        Ok(JobState {
+    fn job(&mut self) -> Result<SlurmJob, ControlError> {
+        Ok(SlurmJob {
             state: slurmctl::JobState::Running,
             restarts: 0,
             requeueable: true,

@@ -9,7 +9,7 @@ use super::args::{Opt, Parsed, Spec};
 use gmq_core::config::values::{after_max_name, format_duration, signal_name};
 use gmq_core::config::{self, Config, RuleKind};
 use gmq_core::preempt::{rank_of, JobPriority, RankKind};
-use gmq_core::quota::{self, Effective, GpuSize, Identity, QuotaFrom, Refusal, Setting, Unchecked};
+use gmq_core::quota::{self, Effective, GpuSize, Identity, OverCap, QuotaFrom, Setting, Unchecked};
 use gmq_core::size::{parse_size, ByteSize};
 
 const USAGE: &str = "\
@@ -42,10 +42,10 @@ struct Options {
     /// `--slurm-conf`: the site's slurm.conf to cross-check.
     slurm_conf: Option<String>,
     /// `--explain`: the job to explain.
-    explain: Option<Job>,
+    explain: Option<JobToExplain>,
 }
 
-struct Job {
+struct JobToExplain {
     who: Identity,
     request: Option<ByteSize>,
     gpu_size: Option<ByteSize>,
@@ -176,7 +176,7 @@ fn options(parsed: &Parsed) -> Result<Options, String> {
                 .transpose()
         };
         let name = |key: &str| parsed.value(key).map(String::from);
-        Some(Job {
+        Some(JobToExplain {
             who: Identity {
                 user: name("user"),
                 account: name("account"),
@@ -356,7 +356,7 @@ fn write_effective(out: &mut String, effective: &Effective, request: Option<Byte
 
 /// The precedence table: for each kind, the rule that matches (if known) and its settings; the
 /// rule that supplied each effective setting is marked.
-fn write_why(out: &mut String, config: &Config, who: &Identity, outcome: &Result<Effective, Refusal>) {
+fn write_why(out: &mut String, config: &Config, who: &Identity, outcome: &Result<Effective, OverCap>) {
     let _ = writeln!(
         out,
         "Why: each setting comes from the most specific rule that sets it,"

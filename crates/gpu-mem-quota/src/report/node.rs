@@ -288,13 +288,13 @@ fn is_zero(n: &u64) -> bool {
 pub fn node_json(node: &NodeStatus) -> String {
     #[derive(Serialize)]
     struct Node<'a> {
-        jobs: Vec<Job<'a>>,
+        jobs: Vec<NodeJob<'a>>,
         without_status: &'a [u32],
         broken: Vec<Broken<'a>>,
         unreadable: usize,
     }
     #[derive(Serialize)]
-    struct Job<'a> {
+    struct NodeJob<'a> {
         job_id: u32,
         state: Option<JobHealth>,
         action: Option<&'a str>,
@@ -316,7 +316,7 @@ pub fn node_json(node: &NodeStatus) -> String {
         jobs: node
             .jobs
             .iter()
-            .map(|job| Job {
+            .map(|job| NodeJob {
                 job_id: job.job_id,
                 state: job.health,
                 action: job.action.as_deref(),

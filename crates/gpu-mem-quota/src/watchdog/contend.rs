@@ -26,12 +26,12 @@ use gmq_core::watchdog::gpu::GpuSample;
 use gmq_core::watchdog::shared_record::{count_action, record_first, Recorded};
 use gmq_core::watchdog::{unix_now, Reporter};
 use gmq_node::attribute::{self, ProcessIdentity};
-use gmq_node::preempt_registry::{DeadClaim, Entry, GpuRef, Registry};
+use gmq_node::preempt_registry::{DeadClaim, GpuRef, Registry, RegistryEntry};
 use gmq_node::slurm_controller::SlurmController;
 use gmq_node::slurmctl::SlurmTools;
 
 /// What the watchdog knows of its job for the registry.
-pub(crate) struct JobFacts {
+pub(crate) struct RegistryFacts {
     pub(crate) user: String,
     pub(crate) quota: Option<u64>,
     pub(crate) priority: JobPriority,
@@ -46,7 +46,7 @@ pub(crate) struct Contender {
     node: String,
     settings: PreemptSettings,
     registry: Registry,
-    entry: Entry,
+    entry: RegistryEntry,
     runtime_dir: PathBuf,
     proc_root: PathBuf,
     cgroup_root: PathBuf,
@@ -97,13 +97,13 @@ impl Contender {
         node: &str,
         settings: PreemptSettings,
         runtime_dir: &Path,
-        facts: JobFacts,
+        facts: RegistryFacts,
         gpus: Vec<GpuRef>,
         me: ProcessIdentity,
     ) -> std::io::Result<Contender> {
         let registry = Registry::open(runtime_dir)?;
         let rank: Rank = rank_of(&settings.ranks, &facts.priority);
-        let entry = Entry {
+        let entry = RegistryEntry {
             job_id,
             user: facts.user,
             quota: facts.quota,
@@ -159,7 +159,7 @@ impl Contender {
         let mine: Vec<&GpuSample> = samples.iter().filter(|g| self.entry.uses_gpu(&g.uuid)).collect();
         let timeout = self.settings.heartbeat_timeout.as_secs();
         for gpu in mine {
-            let on_gpu: Vec<&Entry> = entries.iter().filter(|e| e.uses_gpu(&gpu.uuid)).collect();
+            let on_gpu: Vec<&RegistryEntry> = entries.iter().filter(|e| e.uses_gpu(&gpu.uuid)).collect();
             let (used_by, unregistered_use) = self.usage_by_job(gpu, &on_gpu, &entries);
             let unregistered: Vec<u32> = unregistered_use.keys().copied().collect();
             let new_arrival = unregistered
@@ -303,8 +303,8 @@ impl Contender {
     fn usage_by_job(
         &mut self,
         gpu: &GpuSample,
-        on_gpu: &[&Entry],
-        registered: &[Entry],
+        on_gpu: &[&RegistryEntry],
+        registered: &[RegistryEntry],
     ) -> (BTreeMap<u32, u64>, BTreeMap<u32, u64>) {
         let mut used = BTreeMap::new();
         let mut unregistered = BTreeMap::new();
@@ -387,7 +387,7 @@ impl Contender {
     /// The victim's watchdog is gone: act for it, once, under the registry's lock.
     fn act_for_dead(
         &mut self,
-        victim: &Entry,
+        victim: &RegistryEntry,
         uuid: &str,
         action: Action,
         why: &str,

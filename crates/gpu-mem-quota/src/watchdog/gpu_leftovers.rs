@@ -23,7 +23,7 @@ use gmq_node::preempt_registry::Registry;
 
 /// What is done with one process found on the job's GPU at its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum GpuLeftoverAction {
     Kill,
     /// `kill_leftovers = false`.
     ReportOnly,
@@ -38,7 +38,7 @@ pub(crate) enum Verdict {
 pub(crate) struct Found {
     pub(crate) gpu: u32,
     pub(crate) process: ProcessIdentity,
-    pub(crate) verdict: Verdict,
+    pub(crate) verdict: GpuLeftoverAction,
 }
 
 /// Decides, for the processes NVML lists on the job's GPUs (`(gpu, owner)`), which the job left
@@ -65,10 +65,10 @@ pub(crate) fn decide(
         .filter(|(_, owner)| attribute::at_job_end(owner, job_id, uid) == AtJobEnd::LeftBehind)
         .filter_map(|(gpu, owner)| {
             let verdict = match other_job_on(*gpu) {
-                _ if uid == 0 => Verdict::RootsLeftRunning,
-                Some(other) => Verdict::MaybeOfJob(other),
-                None if kill => Verdict::Kill,
-                None => Verdict::ReportOnly,
+                _ if uid == 0 => GpuLeftoverAction::RootsLeftRunning,
+                Some(other) => GpuLeftoverAction::MaybeOfJob(other),
+                None if kill => GpuLeftoverAction::Kill,
+                None => GpuLeftoverAction::ReportOnly,
             };
             Some(Found {
                 gpu: *gpu,
@@ -80,18 +80,15 @@ pub(crate) fn decide(
 }
 
 /// Samples the job's GPUs once more, decides ([`decide`]) and acts, one log line per process.
+/// The roots (`/proc`, `/sys/fs/cgroup`) are the caller's, as everywhere below the daemon.
 pub(crate) fn sweep(
     source: &mut dyn GpuSource,
     (job_id, uid): (u32, u32),
     user: &str,
-    runtime_dir: &Path,
+    (runtime_dir, proc_root, cgroup_root): (&Path, &Path, &Path),
     kill: bool,
     report: &mut dyn Reporter,
 ) {
-    let (proc_root, cgroup_root) = (
-        Path::new(super::daemon::PROC_ROOT),
-        Path::new(super::daemon::CGROUP_ROOT),
-    );
     let samples: Vec<GpuSample> = match source.sample() {
         Ok(samples) => samples.into_iter().filter(|s| s.listed).collect(),
         Err(e) => {
@@ -120,18 +117,18 @@ pub(crate) fn sweep(
         let (pid, gpu) = (found.process.pid, found.gpu);
         let what = format!("process {pid} of the job's user is still on GPU {gpu} after the job's end");
         match found.verdict {
-            Verdict::Kill => match attribute::signal(proc_root, &found.process, libc::SIGKILL) {
+            GpuLeftoverAction::Kill => match attribute::signal(proc_root, &found.process, libc::SIGKILL) {
                 Ok(()) => report.error(&format!("{what}: killed")),
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                 Err(e) => report.error(&format!("{what}: cannot kill it: {e}")),
             },
-            Verdict::ReportOnly => {
+            GpuLeftoverAction::ReportOnly => {
                 report.error(&format!("{what} (kill_leftovers = false: left running)"))
             }
-            Verdict::RootsLeftRunning => report.warning(&format!(
+            GpuLeftoverAction::RootsLeftRunning => report.warning(&format!(
                 "{what}: root's, left running (no process of root's is ever killed at a job's end)"
             )),
-            Verdict::MaybeOfJob(other) => report.warning(&format!(
+            GpuLeftoverAction::MaybeOfJob(other) => report.warning(&format!(
                 "{what}: left running, since job {other} of the same user is on that GPU and it may be that job's"
             )),
         }
@@ -162,7 +159,7 @@ mod tests {
         }
     }
 
-    fn verdicts(found: &[Found]) -> Vec<(u32, Verdict)> {
+    fn verdicts(found: &[Found]) -> Vec<(u32, GpuLeftoverAction)> {
         found.iter().map(|f| (f.process.pid, f.verdict.clone())).collect()
     }
 
@@ -176,9 +173,12 @@ mod tests {
         ];
         let found = decide(&listed, (JOB, UID), &[], true);
         let all = [10, 12, 13];
-        assert_eq!(verdicts(&found), all.map(|pid| (pid, Verdict::Kill)));
+        assert_eq!(verdicts(&found), all.map(|pid| (pid, GpuLeftoverAction::Kill)));
         let found = decide(&listed, (JOB, UID), &[], false);
-        assert_eq!(verdicts(&found), all.map(|pid| (pid, Verdict::ReportOnly)));
+        assert_eq!(
+            verdicts(&found),
+            all.map(|pid| (pid, GpuLeftoverAction::ReportOnly))
+        );
     }
 
     #[test]
@@ -191,7 +191,10 @@ mod tests {
             (0, owner(12, UID, &[(9, Level::User), (10, Level::User)])),
         ];
         let found = decide(&listed, (JOB, UID), &[], true);
-        assert_eq!(verdicts(&found), [10, 11, 12].map(|pid| (pid, Verdict::Kill)));
+        assert_eq!(
+            verdicts(&found),
+            [10, 11, 12].map(|pid| (pid, GpuLeftoverAction::Kill))
+        );
         // Where job 9 is on that GPU for sure (its own process there), whose it is cannot be
         // told: left running, and job 9's watchdog counts it (rule 2) and decides at its end.
         let mut listed = listed.to_vec();
@@ -199,7 +202,7 @@ mod tests {
         let found = decide(&listed, (JOB, UID), &[], true);
         assert_eq!(
             verdicts(&found),
-            [10, 11, 12].map(|pid| (pid, Verdict::MaybeOfJob(9)))
+            [10, 11, 12].map(|pid| (pid, GpuLeftoverAction::MaybeOfJob(9)))
         );
     }
 
@@ -214,7 +217,10 @@ mod tests {
         for kill in [true, false] {
             assert_eq!(
                 verdicts(&decide(&listed, (JOB, 0), &[], kill)),
-                [(10, Verdict::RootsLeftRunning), (11, Verdict::RootsLeftRunning)]
+                [
+                    (10, GpuLeftoverAction::RootsLeftRunning),
+                    (11, GpuLeftoverAction::RootsLeftRunning)
+                ]
             );
         }
     }
@@ -230,13 +236,19 @@ mod tests {
         let found = decide(&listed, (JOB, UID), &[], true);
         assert_eq!(
             verdicts(&found),
-            [(10, Verdict::MaybeOfJob(8)), (11, Verdict::Kill)]
+            [
+                (10, GpuLeftoverAction::MaybeOfJob(8)),
+                (11, GpuLeftoverAction::Kill)
+            ]
         );
         // The registry says job 9 holds GPU 1.
         let found = decide(&listed, (JOB, UID), &[(9, 1)], true);
         assert_eq!(
             verdicts(&found),
-            [(10, Verdict::MaybeOfJob(8)), (11, Verdict::MaybeOfJob(9))]
+            [
+                (10, GpuLeftoverAction::MaybeOfJob(8)),
+                (11, GpuLeftoverAction::MaybeOfJob(9))
+            ]
         );
         // Another user's job on the GPU changes nothing.
         let listed = [
@@ -245,7 +257,7 @@ mod tests {
         ];
         assert_eq!(
             verdicts(&decide(&listed, (JOB, UID), &[], true)),
-            [(10, Verdict::Kill)]
+            [(10, GpuLeftoverAction::Kill)]
         );
     }
 }

@@ -42,7 +42,7 @@ enum Sink {
 }
 
 #[derive(Clone, Copy)]
-enum Level {
+enum Severity {
     Info,
     Warning,
     Error,
@@ -68,32 +68,32 @@ impl Log {
     }
 
     pub(crate) fn info(&mut self, message: &str) {
-        self.write(Level::Info, message)
+        self.write(Severity::Info, message)
     }
 
     pub(crate) fn warning(&mut self, message: &str) {
-        self.write(Level::Warning, message)
+        self.write(Severity::Warning, message)
     }
 
     pub(crate) fn error(&mut self, message: &str) {
-        self.write(Level::Error, message)
+        self.write(Severity::Error, message)
     }
 
-    fn write(&mut self, level: Level, message: &str) {
+    fn write(&mut self, level: Severity, message: &str) {
         let line = log_line(self.job_id, &self.node, message);
         match &mut self.sink {
             Sink::Syslog(logger) => {
                 let _ = match level {
-                    Level::Info => logger.info(&line),
-                    Level::Warning => logger.warning(&line),
-                    Level::Error => logger.err(&line),
+                    Severity::Info => logger.info(&line),
+                    Severity::Warning => logger.warning(&line),
+                    Severity::Error => logger.err(&line),
                 };
             }
             Sink::File(dir) => {
                 let tag = match level {
-                    Level::Info => "info",
-                    Level::Warning => "warning",
-                    Level::Error => "error",
+                    Severity::Info => "info",
+                    Severity::Warning => "warning",
+                    Severity::Error => "error",
                 };
                 let text = format!("gpu-mem-quota[{}]: {tag}: {line}\n", std::process::id());
                 // Nowhere left to say that the fallback failed: the line is lost.

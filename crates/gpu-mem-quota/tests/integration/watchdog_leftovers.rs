@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use gmq_commands::watchdog::leftovers;
 use gmq_core::preempt::Rank;
 use gmq_node::attribute::ProcessIdentity;
-use gmq_node::preempt_registry::{Entry, Registry};
+use gmq_node::preempt_registry::{Registry, RegistryEntry};
 
-fn entry(job_id: u32) -> Entry {
-    Entry {
+fn entry(job_id: u32) -> RegistryEntry {
+    RegistryEntry {
         job_id,
         user: "alice".into(),
         quota: None,

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::procfs::{read_cmdline, read_real_uid, read_stat, ProcStat};
-use super::step::Step;
+use super::step::StepName;
 use super::stepd::parse_title;
 
 /// How many ancestors are looked at: real chains are a handful deep (stepd → shell → launcher →
@@ -19,7 +19,7 @@ const MAX_DEPTH: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Lineage {
     /// The nearest root-owned slurmstepd above the process manages this step.
-    Step { job_id: u32, step: Step },
+    Step { job_id: u32, step: StepName },
     /// No root-owned slurmstepd above it, or one that manages no step, or the chain broke.
     NoStep,
 }

@@ -33,7 +33,7 @@
 //! and 24.11.5, a cgroup.conf that constrains nothing): every directory of the job is root's, and
 //! every task is in `user/task_special`.
 
-use super::step::{canonical_decimal, job_id, Step};
+use super::step::{canonical_decimal, job_id, StepName};
 use gmq_core::sluid::Sluid;
 
 /// One line of `/proc/PID/cgroup`.
@@ -65,7 +65,7 @@ pub(crate) enum JobKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SlurmCgroup<'a> {
     pub(crate) job: JobKey,
-    pub(crate) step: Option<Step>,
+    pub(crate) step: Option<StepName>,
     /// The path of the job's own cgroup (up to and including `job_<id>` or the SLUID), relative
     /// to the hierarchy's root.
     pub(crate) job_path: &'a str,
@@ -94,7 +94,7 @@ pub(crate) enum Membership {
     /// Every Slurm line names this job. `step` is `None` when the process is in the job's cgroup
     /// but no step's (slurmstepd itself on v1, processes spawned from plugin hooks) or when the
     /// lines disagree about the step.
-    Job { job: JobKey, step: Option<Step> },
+    Job { job: JobKey, step: Option<StepName> },
     /// Lines name different jobs. Slurm never does this, a user can on v1 (see [`Level`]); for the
     /// watchdog's own pid (`job_cgroup`) nothing is concluded.
     Conflict,
@@ -135,7 +135,7 @@ pub(crate) fn slurm_cgroup<'a>(line: &CgroupLine<'a>) -> Option<SlurmCgroup<'a>>
     let step = components
         .get(job_index + 1)
         .and_then(|c| c.strip_prefix("step_"))
-        .and_then(Step::from_name);
+        .and_then(StepName::from_name);
     let below_job = &components[job_index + 1..];
     let shape = match line.hierarchy {
         Hierarchy::V1(_) => v1_shape(below_job),
@@ -179,7 +179,7 @@ fn v2_shape(below_job: &[&str]) -> Level {
 fn is_step(component: &str) -> bool {
     component
         .strip_prefix("step_")
-        .and_then(Step::from_name)
+        .and_then(StepName::from_name)
         .is_some()
 }
 
@@ -224,7 +224,7 @@ pub(crate) fn membership(text: &str) -> Membership {
     let mut job: Option<JobKey> = None;
     // v1 controllers may stop at different depths (freezer at the step, memory at a task below
     // it, some at the job), so a line without a step does not contradict one with a step.
-    let mut steps: Vec<Step> = Vec::new();
+    let mut steps: Vec<StepName> = Vec::new();
     for cgroup in lines(text).filter_map(|line| slurm_cgroup(&line)) {
         match job {
             Some(seen) if seen != cgroup.job => return Membership::Conflict,
@@ -249,7 +249,7 @@ pub(crate) fn membership(text: &str) -> Membership {
 mod tests {
     use super::*;
 
-    fn job(job_id: u32, step: Option<Step>) -> Membership {
+    fn job(job_id: u32, step: Option<StepName>) -> Membership {
         Membership::Job {
             job: JobKey::Id(job_id),
             step,
@@ -260,7 +260,7 @@ mod tests {
     const SLUID: &str = "s0K2Q6ZC8M4T00";
     const OTHER_SLUID: &str = "s0K2Q6ZC8M4T01";
 
-    fn sluid_job(step: Option<Step>) -> Membership {
+    fn sluid_job(step: Option<StepName>) -> Membership {
         Membership::Job {
             job: JobKey::Sluid(Sluid::parse(SLUID).unwrap()),
             step,
@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn slurm_26_05_names_v2_job_cgroups_by_sluid() {
-        use Step::*;
+        use StepName::*;
         let cases = [
             (
                 format!("0::/system.slice/slurmstepd.scope/{SLUID}/step_0/user/task_0"),
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn single_lines() {
-        use Step::*;
+        use StepName::*;
         let cases: &[(&str, Membership)] = &[
             // v1, as on the dev cluster (the node part of the root varies)
             (
@@ -431,10 +431,10 @@ mod tests {
     fn whole_files() {
         let hybrid = "9:name=systemd:/\n6:freezer:/slurm_vm/uid_2001/job_42/step_batch\n\
                       4:memory:/process_api/0ef6eb4a\n0::/\n";
-        assert_eq!(membership(hybrid), job(42, Some(Step::Batch)));
+        assert_eq!(membership(hybrid), job(42, Some(StepName::Batch)));
 
         let agreeing = "6:freezer:/slurm/uid_1/job_5\n4:memory:/slurm/uid_1/job_5/step_0/task_0\n";
-        assert_eq!(membership(agreeing), job(5, Some(Step::Numbered(0))));
+        assert_eq!(membership(agreeing), job(5, Some(StepName::Numbered(0))));
 
         let steps_disagree = "6:freezer:/slurm/uid_1/job_5/step_1\n4:memory:/slurm/uid_1/job_5/step_0\n";
         assert_eq!(membership(steps_disagree), job(5, None));
@@ -472,7 +472,7 @@ mod tests {
     /// `user/task_<n>`. Each names its job and step, made by Slurm.
     #[test]
     fn lines_as_slurm_made_them_live_on_cgroup_v2() {
-        use Step::*;
+        use StepName::*;
         let scope = "0::/system.slice/v2lab_slurmstepd.scope";
         let cases = [
             ("job_1/step_batch/user/task_special", 1, Some(Batch)),
@@ -503,7 +503,7 @@ mod tests {
     /// INVOCATION_ID) in the scope's `slurmd/`, with the watchdog the prolog starts.
     #[test]
     fn lines_as_slurm_26_05_made_them_live_on_cgroup_v2() {
-        use Step::*;
+        use StepName::*;
         let sluid = "sFN5M98G976T00";
         let scope = "0::/slurm.slice/v2lab_slurmstepd.scope";
         let cases = [

@@ -94,7 +94,7 @@ pub fn sweep_leftovers(proc_root: &Path, job: &JobOnNode, kill: bool) -> Sweep {
 /// What the sweep reads of one process (`look`), all from one process (its start time read
 /// before and after).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Seen {
+pub(crate) struct ProcSnapshot {
     pub(crate) start_time: u64,
     pub(crate) real_uid: u32,
     /// Its command name is `slurmstepd`.
@@ -106,35 +106,37 @@ pub(crate) struct Seen {
 
 /// What to do about a process, from one look at it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum SweepAction {
     /// The job's user's ordinary process in the job's cgroups.
     Act,
     LeaveAlone(LeftoverOutcome),
 }
 
-/// [`Verdict`] for a process seen as `seen`, after job `job`'s end. Pure.
-pub(crate) fn verdict(job: &JobOnNode, seen: &Seen) -> Verdict {
+/// [`SweepAction`] for a process seen as `seen`, after job `job`'s end. Pure.
+pub(crate) fn verdict(job: &JobOnNode, seen: &ProcSnapshot) -> SweepAction {
     use LeftoverOutcome::*;
     match seen {
-        Seen { real_uid, .. } if *real_uid != job.uid => Verdict::LeaveAlone(NotTheUsers(*real_uid)),
-        Seen { in_job: false, .. } => Verdict::LeaveAlone(LeftTheJob),
-        Seen {
+        ProcSnapshot { real_uid, .. } if *real_uid != job.uid => {
+            SweepAction::LeaveAlone(NotTheUsers(*real_uid))
+        }
+        ProcSnapshot { in_job: false, .. } => SweepAction::LeaveAlone(LeftTheJob),
+        ProcSnapshot {
             real_uid: 0,
             stepd: true,
             ..
-        } => Verdict::LeaveAlone(Slurmstepd),
-        Seen { real_uid: 0, .. } => Verdict::LeaveAlone(Root),
-        _ => Verdict::Act,
+        } => SweepAction::LeaveAlone(Slurmstepd),
+        ProcSnapshot { real_uid: 0, .. } => SweepAction::LeaveAlone(Root),
+        _ => SweepAction::Act,
     }
 }
 
-/// What is done about a process listed as `listed` (whose verdict was [`Verdict::Act`]), seen
+/// What is done about a process listed as `listed` (whose verdict was [`SweepAction::Act`]), seen
 /// again as `again` once pinned (`None`: gone): `Ok` to go on (kill or report it), else what it
 /// is. Pure.
 pub(crate) fn after_pinning(
     job: &JobOnNode,
-    listed: &Seen,
-    again: Option<&Seen>,
+    listed: &ProcSnapshot,
+    again: Option<&ProcSnapshot>,
 ) -> Result<(), LeftoverOutcome> {
     let Some(again) = again else {
         return Err(LeftoverOutcome::Gone);
@@ -144,8 +146,8 @@ pub(crate) fn after_pinning(
         return Err(LeftoverOutcome::Gone);
     }
     match verdict(job, again) {
-        Verdict::Act => Ok(()),
-        Verdict::LeaveAlone(outcome) => Err(outcome),
+        SweepAction::Act => Ok(()),
+        SweepAction::LeaveAlone(outcome) => Err(outcome),
     }
 }
 
@@ -211,12 +213,14 @@ pub(crate) fn sweep_with<P: Pins>(
             continue;
         }
         let outcome = match verdict(job, &listed) {
-            Verdict::LeaveAlone(outcome) => outcome,
-            Verdict::Act if !kill => match after_pinning(job, &listed, look(proc_root, pid, job).as_ref()) {
-                Ok(()) => LeftoverOutcome::Reported,
-                Err(outcome) => outcome,
-            },
-            Verdict::Act => pin_and_kill(proc_root, job, pid, &listed, pins),
+            SweepAction::LeaveAlone(outcome) => outcome,
+            SweepAction::Act if !kill => {
+                match after_pinning(job, &listed, look(proc_root, pid, job).as_ref()) {
+                    Ok(()) => LeftoverOutcome::Reported,
+                    Err(outcome) => outcome,
+                }
+            }
+            SweepAction::Act => pin_and_kill(proc_root, job, pid, &listed, pins),
         };
         sweep.leftovers.push(Leftover { pid, outcome });
     }
@@ -227,7 +231,7 @@ fn pin_and_kill<P: Pins>(
     proc_root: &Path,
     job: &JobOnNode,
     pid: u32,
-    listed: &Seen,
+    listed: &ProcSnapshot,
     pins: &mut P,
 ) -> LeftoverOutcome {
     let esrch = |e: &io::Error| e.raw_os_error() == Some(libc::ESRCH);
@@ -265,12 +269,12 @@ fn listed_pids(proc_root: &Path) -> Vec<u32> {
 
 /// One look at the process with `pid`: `None` when it is gone or its pid was reused while it was
 /// read. Its cgroups (and its threads') are read only when it is the job user's.
-fn look(proc_root: &Path, pid: u32, job: &JobOnNode) -> Option<Seen> {
+fn look(proc_root: &Path, pid: u32, job: &JobOnNode) -> Option<ProcSnapshot> {
     let before = read_stat(proc_root, pid)?;
     let real_uid = read_real_uid(proc_root, pid)?;
     let in_job = real_uid == job.uid && in_job_cgroups(proc_root, pid, job);
     let after = read_stat(proc_root, pid)?;
-    (after.start_time == before.start_time).then(|| Seen {
+    (after.start_time == before.start_time).then(|| ProcSnapshot {
         start_time: before.start_time,
         real_uid,
         stepd: before.comm == "slurmstepd",
@@ -316,8 +320,8 @@ mod tests {
         }
     }
 
-    fn seen(real_uid: u32, stepd: bool, in_job: bool) -> Seen {
-        Seen {
+    fn seen(real_uid: u32, stepd: bool, in_job: bool) -> ProcSnapshot {
+        ProcSnapshot {
             start_time: 100,
             real_uid,
             stepd,
@@ -329,32 +333,36 @@ mod tests {
     fn what_is_done_about_a_process_in_the_jobs_cgroups() {
         let cases = [
             // the job's user's: acted on, whatever its name
-            (job(7, UID), seen(UID, false, true), Verdict::Act),
-            (job(7, UID), seen(UID, true, true), Verdict::Act),
+            (job(7, UID), seen(UID, false, true), SweepAction::Act),
+            (job(7, UID), seen(UID, true, true), SweepAction::Act),
             // not (or no longer) in the job's cgroups
             (
                 job(7, UID),
                 seen(UID, false, false),
-                Verdict::LeaveAlone(LeftTheJob),
+                SweepAction::LeaveAlone(LeftTheJob),
             ),
             // another user's: never
             (
                 job(7, UID),
                 seen(2002, false, true),
-                Verdict::LeaveAlone(NotTheUsers(2002)),
+                SweepAction::LeaveAlone(NotTheUsers(2002)),
             ),
             (
                 job(7, UID),
                 seen(0, true, true),
-                Verdict::LeaveAlone(NotTheUsers(0)),
+                SweepAction::LeaveAlone(NotTheUsers(0)),
             ),
             // a job run as root: its slurmstepd and root's other processes are left alone (K10)
-            (job(7, 0), seen(0, true, true), Verdict::LeaveAlone(Slurmstepd)),
-            (job(7, 0), seen(0, false, true), Verdict::LeaveAlone(Root)),
+            (
+                job(7, 0),
+                seen(0, true, true),
+                SweepAction::LeaveAlone(Slurmstepd),
+            ),
+            (job(7, 0), seen(0, false, true), SweepAction::LeaveAlone(Root)),
             (
                 job(7, 0),
                 seen(UID, false, true),
-                Verdict::LeaveAlone(NotTheUsers(UID)),
+                SweepAction::LeaveAlone(NotTheUsers(UID)),
             ),
         ];
         for (job, seen, want) in cases {
@@ -366,7 +374,7 @@ mod tests {
     fn only_the_process_listed_and_still_in_the_job_is_killed() {
         let job = job(7, UID);
         let listed = seen(UID, false, true);
-        let again = |start_time, real_uid, in_job| Seen {
+        let again = |start_time, real_uid, in_job| ProcSnapshot {
             start_time,
             real_uid,
             stepd: false,

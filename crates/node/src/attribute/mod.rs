@@ -69,7 +69,7 @@ pub use identity::{identify, same_process, signal, ProcessIdentity};
 pub use job_cgroup::{find_job_dir, job_active_on_node, job_cgroup, v2_mount, JobCgroup, JobOnNode};
 pub use leftover::{sweep_leftovers, Leftover, LeftoverOutcome, Sweep, SWEEP_BUDGET};
 pub use proc_attributor::ProcAttributor;
-pub use step::Step;
+pub use step::StepName;
 
 use ancestry::{is_root_stepd, lineage, Lineage};
 use cgroup::{lines, slurm_cgroup, Hierarchy, JobKey};
@@ -100,7 +100,7 @@ pub enum Owner {
 pub struct Claim {
     pub job_id: u32,
     /// The step, where the job's lines agree on one.
-    pub step: Option<Step>,
+    pub step: Option<StepName>,
     /// The strongest level among the job's lines.
     pub level: Level,
     pub evidence: Evidence,
@@ -237,7 +237,7 @@ pub fn owner_of(proc_root: &Path, cgroup_root: &Path, pid: u32) -> Owner {
 /// `cgroup_root`. A v2 line under a SLUID (26.05) claims for the job its slurmstepd names
 /// (`sluid_job.rs`); while no step of it has one, the line claims for no job.
 fn cgroup_claims(text: &str, proc_root: &Path, cgroup_root: &Path) -> Vec<Claim> {
-    let named: Vec<(u32, Option<Step>, Level)> = lines(text)
+    let named: Vec<(u32, Option<StepName>, Level)> = lines(text)
         .filter_map(|line| {
             let cgroup = slurm_cgroup(&line)?;
             let job_id = match cgroup.job {
@@ -264,14 +264,14 @@ fn cgroup_claims(text: &str, proc_root: &Path, cgroup_root: &Path) -> Vec<Claim>
 /// One claim per job from the lines that name it: the strongest level, and the step where the
 /// lines agree (v1 controllers stop at different depths, so a line without a step does not
 /// contradict one with a step). Pure.
-fn combine_claims(named: &[(u32, Option<Step>, Level)]) -> Vec<Claim> {
+fn combine_claims(named: &[(u32, Option<StepName>, Level)]) -> Vec<Claim> {
     let mut jobs: Vec<u32> = named.iter().map(|(job, ..)| *job).collect();
     jobs.sort_unstable();
     jobs.dedup();
     jobs.into_iter()
         .map(|job_id| {
             let mine = || named.iter().filter(move |(job, ..)| *job == job_id);
-            let mut steps: Vec<&Step> = Vec::new();
+            let mut steps: Vec<&StepName> = Vec::new();
             for step in mine().filter_map(|(_, step, _)| step.as_ref()) {
                 if !steps.contains(&step) {
                     steps.push(step);
@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn one_claim_per_job() {
         use Level::*;
-        use Step::*;
+        use StepName::*;
         let named = [
             (OTHER, Some(Numbered(0)), User),
             (JOB, Some(Numbered(0)), Slurm),

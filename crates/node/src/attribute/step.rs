@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-/// A step of a job. Pure data.
+/// A step of a job, by the name Slurm gives it (`batch`, `extern`, `0`). Pure data.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Step {
+pub enum StepName {
     /// The batch script (`batch`).
     Batch,
     /// The external step that holds processes adopted into the job (`extern`, `PrologFlags=Contain`).
@@ -18,31 +18,31 @@ pub enum Step {
     Other(String),
 }
 
-impl Step {
+impl StepName {
     /// The step named `name` (the part after `step_` or after `<job>.`). `None` for an empty name.
-    pub(crate) fn from_name(name: &str) -> Option<Step> {
+    pub(crate) fn from_name(name: &str) -> Option<StepName> {
         Some(match name {
             "" => return None,
-            "batch" => Step::Batch,
-            "extern" => Step::Extern,
-            "interactive" => Step::Interactive,
+            "batch" => StepName::Batch,
+            "extern" => StepName::Extern,
+            "interactive" => StepName::Interactive,
             _ => match canonical_decimal(name) {
-                Some(n) => Step::Numbered(n),
-                None => Step::Other(name.to_owned()),
+                Some(n) => StepName::Numbered(n),
+                None => StepName::Other(name.to_owned()),
             },
         })
     }
 }
 
 /// Slurm's spelling: `batch`, `extern`, `interactive`, `0`.
-impl fmt::Display for Step {
+impl fmt::Display for StepName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Step::Batch => f.write_str("batch"),
-            Step::Extern => f.write_str("extern"),
-            Step::Interactive => f.write_str("interactive"),
-            Step::Numbered(n) => write!(f, "{n}"),
-            Step::Other(name) => f.write_str(name),
+            StepName::Batch => f.write_str("batch"),
+            StepName::Extern => f.write_str("extern"),
+            StepName::Interactive => f.write_str("interactive"),
+            StepName::Numbered(n) => write!(f, "{n}"),
+            StepName::Other(name) => f.write_str(name),
         }
     }
 }
@@ -73,17 +73,17 @@ mod tests {
     #[test]
     fn names() {
         let cases = [
-            ("batch", Some(Step::Batch)),
-            ("extern", Some(Step::Extern)),
-            ("interactive", Some(Step::Interactive)),
-            ("0", Some(Step::Numbered(0))),
-            ("17", Some(Step::Numbered(17))),
-            ("0+1", Some(Step::Other("0+1".into()))),
-            ("007", Some(Step::Other("007".into()))),
+            ("batch", Some(StepName::Batch)),
+            ("extern", Some(StepName::Extern)),
+            ("interactive", Some(StepName::Interactive)),
+            ("0", Some(StepName::Numbered(0))),
+            ("17", Some(StepName::Numbered(17))),
+            ("0+1", Some(StepName::Other("0+1".into()))),
+            ("007", Some(StepName::Other("007".into()))),
             ("", None),
         ];
         for (name, want) in cases {
-            assert_eq!(Step::from_name(name), want, "{name:?}");
+            assert_eq!(StepName::from_name(name), want, "{name:?}");
             if let Some(step) = want {
                 assert_eq!(step.to_string(), name);
             }

@@ -7,16 +7,16 @@
 //! heterogeneous step as `[12.0+1]`. The spank prolog/epilog stepd (`slurmstepd spank prolog`)
 //! keeps its argv and manages no step.
 
-use super::step::{job_id, Step};
+use super::step::{job_id, StepName};
 
 /// The job and step in a slurmstepd's `cmdline`, or `None` when it is not a step's title.
-pub(crate) fn parse_title(cmdline: &[u8]) -> Option<(u32, Step)> {
+pub(crate) fn parse_title(cmdline: &[u8]) -> Option<(u32, StepName)> {
     // Arguments are NUL-separated; a title may be one argument or padded, so NULs read as spaces.
     let text: String = String::from_utf8_lossy(cmdline).replace('\0', " ");
     let bracketed = text.trim().strip_prefix("slurmstepd:")?.trim_start();
     let inner = bracketed.strip_prefix('[')?.strip_suffix(']')?;
     let (job, step) = inner.split_once('.')?;
-    Some((job_id(job)?, Step::from_name(step)?))
+    Some((job_id(job)?, StepName::from_name(step)?))
 }
 
 #[cfg(test)]
@@ -24,11 +24,11 @@ mod tests {
     use super::*;
 
     /// A command line and the job and step it names.
-    type Case = (&'static [u8], Option<(u32, Step)>);
+    type Case = (&'static [u8], Option<(u32, StepName)>);
 
     #[test]
     fn titles() {
-        use Step::*;
+        use StepName::*;
         let cases: &[Case] = &[
             (b"slurmstepd: [42.batch]\0", Some((42, Batch))),
             (b"slurmstepd: [42.extern]\0", Some((42, Extern))),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use gmq_core::watchdog::Attributor;
 use gmq_node::attribute::ProcAttributor;
-use gmq_node::attribute::{owner_of, owners_of, Evidence, Level, Owner, ProcessIdentity, Step};
+use gmq_node::attribute::{owner_of, owners_of, Evidence, Level, Owner, ProcessIdentity, StepName};
 
 use crate::common::attribution_world::{needs_root, v1_job, World};
 
@@ -35,9 +35,9 @@ fn real_uid(proc_root: &Path, pid: u32) -> u32 {
 #[derive(Debug)]
 enum Want {
     /// Claimed by one job, at a Slurm-made level.
-    Job(u32, Option<Step>, Evidence),
+    Job(u32, Option<StepName>, Evidence),
     /// Claimed by these jobs (job, step, level), by cgroups.
-    Jobs(&'static [(u32, Option<Step>, Level)]),
+    Jobs(&'static [(u32, Option<StepName>, Level)]),
     /// A process in no job.
     NoJob,
     Stepd,
@@ -51,7 +51,7 @@ fn check(tree_name: &str, cgroup_root: &Path, cases: &[(u32, Want, &str)]) {
             pid: *pid,
             start_time: start_time(&root, *pid),
         };
-        let claimed = |claims: Vec<(u32, Option<Step>, Level, Evidence)>| Owner::Process {
+        let claimed = |claims: Vec<(u32, Option<StepName>, Level, Evidence)>| Owner::Process {
             process: process(),
             real_uid: real_uid(&root, *pid),
             claims: claims
@@ -110,7 +110,7 @@ fn slurm_cgroups_of(proc_root: &Path) -> World {
 #[test]
 fn cgroup_v1_on_a_hybrid_host() {
     use Evidence::Cgroup;
-    use Step::*;
+    use StepName::*;
     use Want::*;
     let cgroups = slurm_cgroups_of(&tree("v1-hybrid"));
     check(
@@ -156,7 +156,7 @@ fn cgroup_v1_on_a_hybrid_host() {
 #[test]
 fn cgroup_v2() {
     use Evidence::Cgroup;
-    use Step::*;
+    use StepName::*;
     use Want::*;
     check(
         "v2",
@@ -182,7 +182,7 @@ fn cgroup_v2() {
 #[test]
 fn linuxproc_ancestry() {
     use Evidence::Ancestry;
-    use Step::*;
+    use StepName::*;
     use Want::*;
     check(
         "linuxproc",

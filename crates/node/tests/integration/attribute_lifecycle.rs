@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use gmq_node::attribute::{
     identify, job_active_on_node, job_cgroup, owner_of, same_process, Claim, Evidence, JobCgroup, Level,
-    Owner, ProcessIdentity, Step,
+    Owner, ProcessIdentity, StepName,
 };
 
 /// A fresh directory per test, removed when dropped (even when the test fails).
@@ -116,7 +116,7 @@ fn a_reused_pid_is_another_process() {
             real_uid: 2001,
             claims: vec![Claim {
                 job_id: 12,
-                step: Some(Step::Numbered(0)),
+                step: Some(StepName::Numbered(0)),
                 level: Level::Slurm,
                 evidence: Evidence::Cgroup
             }],

@@ -10,7 +10,7 @@ use gmq_core::sluid::Sluid;
 use gmq_core::watchdog::Attributor;
 use gmq_node::attribute::{
     find_job_dir, job_active_on_node, job_cgroup, owner_of, sweep_leftovers, Evidence, JobCgroup, JobOnNode,
-    LeftoverOutcome, Level, Owner, ProcAttributor, Step,
+    LeftoverOutcome, Level, Owner, ProcAttributor, StepName,
 };
 
 /// One of the trees: its /proc, its v2 mount, and its jobs A (uid 2001), B (uid 2002), C (uid
@@ -99,7 +99,7 @@ impl Node {
 }
 
 /// The jobs and steps that claim a process; `None`: a slurmstepd.
-type Claims = Option<Vec<(u32, Option<Step>)>>;
+type Claims = Option<Vec<(u32, Option<StepName>)>>;
 
 fn both() -> [Node; 2] {
     [Node::slurm_24_11(), Node::slurm_26_05()]
@@ -107,7 +107,7 @@ fn both() -> [Node; 2] {
 
 #[test]
 fn processes_count_for_the_job_whose_directory_holds_them() {
-    use Step::*;
+    use StepName::*;
     for node in both() {
         let [a, b, c] = node.jobs.clone().map(|j| j.job_id);
         let name = node.root.display().to_string();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use gmq_core::preempt::cooldown::Preemption;
 use gmq_core::preempt::{GpuCooldown, Rank};
 use gmq_node::attribute::{identify, ProcessIdentity};
-use gmq_node::preempt_registry::{ActedBy, DeadClaim, Entry, GpuRef, Registry};
+use gmq_node::preempt_registry::{ActedBy, DeadClaim, GpuRef, Registry, RegistryEntry};
 
 const NOW: u64 = 1_700_000_000;
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -51,8 +51,8 @@ fn dead() -> ProcessIdentity {
     }
 }
 
-fn entry(job_id: u32, watchdog: ProcessIdentity, heartbeat: u64) -> Entry {
-    Entry {
+fn entry(job_id: u32, watchdog: ProcessIdentity, heartbeat: u64) -> RegistryEntry {
+    RegistryEntry {
         job_id,
         user: "alice".into(),
         quota: Some(30 << 30),
@@ -112,7 +112,7 @@ fn entries_round_trip() {
     registry.heartbeat(&mut mine, NOW + 2).unwrap();
     assert_eq!(registry.read(12).unwrap().unwrap().heartbeat, NOW + 2);
 
-    let other = Entry {
+    let other = RegistryEntry {
         quota: None,
         preemptible: true,
         gpus: vec![],
@@ -146,12 +146,12 @@ fn the_file_is_one_json_object_read_strictly() {
          \"gpus\":[{\"index\":0,\"uuid\":\"GPU-8c6f1d2e-aaaa\"},{\"index\":3,\"uuid\":\"MIG-1234\"}],\
          \"watchdog\":{\"pid\":4242,\"start_time\":171677},\"heartbeat\":1700000000,\"acted_by\":null}\n"
     );
-    assert_eq!(Entry::parse(&text).unwrap().watchdog.pid, 4242);
+    assert_eq!(RegistryEntry::parse(&text).unwrap().watchdog.pid, 4242);
     let body = text.trim_end().strip_suffix('}').unwrap();
     // A newer writer's extra field is ignored; `acted_by` may be absent.
-    assert!(Entry::parse(&format!("{body},\"shard\":2}}")).is_ok());
+    assert!(RegistryEntry::parse(&format!("{body},\"shard\":2}}")).is_ok());
     let without_acted = text.replace(",\"acted_by\":null", "");
-    assert_eq!(Entry::parse(&without_acted).unwrap().acted_by, None);
+    assert_eq!(RegistryEntry::parse(&without_acted).unwrap().acted_by, None);
     let broken: &[(&str, &str)] = &[
         (",\"heartbeat\":1700000000", "duplicate field `heartbeat`"),
         (
@@ -160,11 +160,12 @@ fn the_file_is_one_json_object_read_strictly() {
         ),
     ];
     for (extra, why) in broken {
-        let err = Entry::parse(&format!("{}{extra}}}", body.replace(",\"acted_by\":null", ""))).unwrap_err();
+        let err = RegistryEntry::parse(&format!("{}{extra}}}", body.replace(",\"acted_by\":null", "")))
+            .unwrap_err();
         assert!(err.starts_with(why), "{extra}: {err}");
     }
-    // The old `key=value` format is not read (entries live in a tmpfs; see `Entry`).
-    assert!(Entry::parse("job_id=12\nuser=alice\n").is_err());
+    // The old `key=value` format is not read (entries live in a tmpfs; see `RegistryEntry`).
+    assert!(RegistryEntry::parse("job_id=12\nuser=alice\n").is_err());
     let replaced: &[(&str, &str, &str)] = &[
         (
             "\"quota\":32212254720",
@@ -187,12 +188,12 @@ fn the_file_is_one_json_object_read_strictly() {
         ),
     ];
     for (from, to, why) in replaced {
-        let err = Entry::parse(&text.replace(from, to)).unwrap_err();
+        let err = RegistryEntry::parse(&text.replace(from, to)).unwrap_err();
         assert!(err.starts_with(why), "{from} -> {to}: {err}");
     }
     // No quota is `null`, and reads back as none.
     let no_quota = text.replace("32212254720", "null");
-    assert_eq!(Entry::parse(&no_quota).unwrap().quota, None);
+    assert_eq!(RegistryEntry::parse(&no_quota).unwrap().quota, None);
 }
 
 #[test]
@@ -268,7 +269,7 @@ fn open_refuses_a_runtime_dir_others_can_write_and_leaves_its_mode() {
 fn write_refuses_what_would_break_the_file() {
     let runtime = TempRuntime::new("refuse");
     let registry = Registry::open(&runtime.path).unwrap();
-    let bad_user = Entry {
+    let bad_user = RegistryEntry {
         user: "eve\nacted_by=1 2".into(),
         ..entry(5, alive(), NOW)
     };
@@ -277,7 +278,7 @@ fn write_refuses_what_would_break_the_file() {
         .unwrap_err()
         .to_string()
         .contains("user"));
-    let bad_gpu = Entry {
+    let bad_gpu = RegistryEntry {
         gpus: vec![GpuRef {
             index: 0,
             uuid: "../../etc".into(),

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each user takes what it needs
 
 use gmq_core::config::Action;
-use gmq_core::controller::{AdminComment, ControlError, Controller, JobState};
+use gmq_core::controller::{AdminComment, ControlError, Controller, SlurmJob};
 use gmq_core::slurm_text as slurmctl;
 use gmq_core::watchdog::status::Status;
 use gmq_core::watchdog::Reporter;
@@ -41,7 +41,7 @@ pub(crate) struct FakeSlurm {
 }
 
 impl Controller for FakeSlurm {
-    fn job(&mut self) -> Result<JobState, ControlError> {
+    fn job(&mut self) -> Result<SlurmJob, ControlError> {
         if self.job_gone {
             return Err(ControlError::JobGone(
                 "`squeue --jobs=7` refused: Invalid job id specified".into(),
@@ -53,7 +53,7 @@ impl Controller for FakeSlurm {
                 "Unable to contact slurm controller".into(),
             ));
         }
-        Ok(JobState {
+        Ok(SlurmJob {
             state: self.state.clone().unwrap_or(slurmctl::JobState::Running),
             restarts: self.restarts,
             requeueable: self.requeueable,

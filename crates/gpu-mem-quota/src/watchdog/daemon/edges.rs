@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use super::super::contend::{Contender, JobFacts};
+use super::super::contend::{Contender, RegistryFacts};
 use super::super::gpu::NvmlSource;
 use super::super::hard_limit::Setter;
 use super::super::log::Log;
@@ -15,7 +15,7 @@ use super::outputs::{write_inventory, LogReporter};
 use super::stop::sleep_or_stop;
 use super::PROC_ROOT;
 use gmq_core::config;
-use gmq_core::controller::{Controller, JobState};
+use gmq_core::controller::{Controller, SlurmJob};
 use gmq_core::launch::Params;
 use gmq_core::node_files;
 use gmq_core::preempt::JobPriority;
@@ -214,7 +214,7 @@ pub(super) struct Registration<'a> {
     pub(super) node: &'a str,
     pub(super) user: &'a str,
     pub(super) quota: Option<ByteSize>,
-    pub(super) job: &'a JobState,
+    pub(super) job: &'a SlurmJob,
     pub(super) me: ProcessIdentity,
 }
 
@@ -228,7 +228,7 @@ pub(super) fn join_registry(
     report: &mut LogReporter,
 ) -> Option<Contender> {
     let job = registration.job;
-    let facts = JobFacts {
+    let facts = RegistryFacts {
         user: registration.user.to_string(),
         quota: registration.quota.map(|q| q.bytes()),
         priority: JobPriority {

@@ -35,7 +35,7 @@ use edges::{
 };
 use gmq_core::admission;
 use gmq_core::config;
-use gmq_core::controller::{ControlError, Controller, JobState};
+use gmq_core::controller::{ControlError, Controller, SlurmJob};
 use gmq_core::launch::{self, Params, Provisional};
 use gmq_core::metrics::JobMetrics;
 use gmq_core::node_files;
@@ -56,7 +56,7 @@ use gmq_node::runtime;
 use gmq_node::slurm_controller::SlurmController;
 use gmq_node::telemetry::{TelemetryReader, READ_EVERY};
 use gmq_node::textfile;
-use outputs::{LogReporter, Metrics};
+use outputs::{LogReporter, MetricsWriter};
 use stop::{install_signal_handlers, sleep_or_stop, stop_requested};
 
 pub(super) const PROC_ROOT: &str = "/proc";
@@ -106,7 +106,7 @@ struct Daemon {
     me: Option<ProcessIdentity>,
     control: SlurmController,
     reporter: LogReporter,
-    metrics: Metrics,
+    metrics: MetricsWriter,
     /// `None`: NVML never loaded (the job ended first, or the watchdog was stopped).
     gpus: Option<NvmlSource>,
     watchdog: Watchdog,
@@ -171,7 +171,7 @@ impl Daemon {
         let mut control = SlurmController::from_env(params.job_id);
         let node = gmq_node::slurmctl::this_node();
         let user = gmq_node::passwd::user_name(params.uid).unwrap_or_else(|| params.uid.to_string());
-        let metrics = Metrics::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
+        let metrics = MetricsWriter::new(policy.metrics.textfile_dir.clone(), params.job_id, &mut log);
 
         let mut reporter = LogReporter::new(log, dir.clone(), params.uid);
         let source = open_nvml(
@@ -313,7 +313,7 @@ impl Daemon {
             None => self.params.quota,
         };
         self.enforce(quota, gpus);
-        let job = match JobState::of_record(record) {
+        let job = match SlurmJob::of_record(record) {
             Ok(job) => job,
             Err(e) => {
                 self.reporter
@@ -827,9 +827,13 @@ impl Daemon {
         // A signal is the epilog's (or the next run's prolog's): root's, sent once the run ended here.
         if let (Some(gpus), true) = (self.gpus.as_mut(), self.run_over || stop_requested()) {
             let job = (self.params.job_id, self.params.uid);
-            let runtime_dir = &self.settings.runtime_dir;
+            let roots = (
+                self.settings.runtime_dir.as_path(),
+                Path::new(PROC_ROOT),
+                Path::new(CGROUP_ROOT),
+            );
             let kill = self.settings.kill_leftovers;
-            gpu_leftovers::sweep(gpus, job, &self.user, runtime_dir, kill, &mut self.reporter);
+            gpu_leftovers::sweep(gpus, job, &self.user, roots, kill, &mut self.reporter);
         }
         let metrics = job_metrics(&self.watchdog, &self.user, self.params.sluid);
         self.metrics.remove(&metrics, &mut self.reporter);

@@ -81,7 +81,7 @@ impl Reporter for LogReporter {
 
 /// The job's Prometheus textfile, rewritten atomically at most once a second, removed at the end;
 /// and the job's events added to the node's counters as they happen (`NodeEvents`), which stay.
-pub(super) struct Metrics {
+pub(super) struct MetricsWriter {
     dir: Option<PathBuf>,
     name: String,
     last: Option<Instant>,
@@ -91,8 +91,8 @@ pub(super) struct Metrics {
     node_events_failed: bool,
 }
 
-impl Metrics {
-    pub(super) fn new(dir: Option<PathBuf>, job_id: u32, log: &mut Log) -> Metrics {
+impl MetricsWriter {
+    pub(super) fn new(dir: Option<PathBuf>, job_id: u32, log: &mut Log) -> MetricsWriter {
         // A directory that is not there means no node_exporter here: no metrics, no noise. One
         // that someone else could change (a symlink, not root's, group/other-writable) is refused:
         // root's writes and unlinks there could be pointed anywhere (gmq_node::trusted_dir).
@@ -104,7 +104,7 @@ impl Metrics {
                 false
             }
         });
-        Metrics {
+        MetricsWriter {
             dir,
             name: gmq_core::metrics::file_name(job_id),
             last: None,
@@ -141,7 +141,7 @@ impl Metrics {
     }
 }
 
-impl Metrics {
+impl MetricsWriter {
     fn count_node_events(&mut self, job: &JobMetrics, report: &mut LogReporter) {
         let Some(dir) = &self.dir else { return };
         let Some(new) = gmq_core::metrics::new_events(&job.events, &self.counted) else {
