@@ -11,7 +11,7 @@ use super::guard::guard;
 use super::handle::{Context, Spank};
 use super::sys;
 use gmq_node::hooks::step::StepMemory;
-use gmq_node::hooks::{job_end, job_script, step, submit, Phase};
+use gmq_node::hooks::{job_end, job_script, step, submit, HookPhase};
 
 #[no_mangle]
 #[used]
@@ -45,7 +45,7 @@ static STEP: StepMemory = StepMemory::new();
 
 fn run(
     hook: &'static str,
-    phase: Phase,
+    phase: HookPhase,
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
@@ -63,7 +63,7 @@ fn run(
 /// nothing.
 fn run_never_failing(
     hook: &'static str,
-    phase: Phase,
+    phase: HookPhase,
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
@@ -79,28 +79,35 @@ fn run_never_failing(
 /// Every context: check the plugstack arguments, register the options (not in slurmd, which parses none).
 #[no_mangle]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("init", Phase::Init, sp, ac, av, |spank| match spank.context() {
-        Context::Slurmd => submit::slurmd_init(spank),
-        Context::Local | Context::Allocator | Context::Remote => submit::register_options(spank),
-        Context::JobScript | Context::Unknown => Ok(()),
+    run("init", HookPhase::Init, sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Slurmd => submit::slurmd_init(spank),
+            Context::Local | Context::Allocator | Context::Remote => submit::register_options(spank),
+            Context::JobScript | Context::Unknown => Ok(()),
+        }
     })
 }
 
 /// Submit host, after the command line is parsed: check the request against the policy's caps.
 #[no_mangle]
 pub extern "C" fn slurm_spank_init_post_opt(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("init_post_opt", Phase::Submit, sp, ac, av, |spank| {
-        match spank.context() {
+    run(
+        "init_post_opt",
+        HookPhase::Submit,
+        sp,
+        ac,
+        av,
+        |spank| match spank.context() {
             Context::Local | Context::Allocator => submit::check_request(spank),
             _ => Ok(()),
-        }
-    })
+        },
+    )
 }
 
 /// slurmstepd, once per step: decide the step's quota (never fails: see `gmq_node::hooks::step`).
 #[no_mangle]
 pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("user_init", Phase::Step, sp, ac, av, |spank| {
+    run("user_init", HookPhase::Step, sp, ac, av, |spank| {
         match spank.context() {
             Context::Remote => step::user_init(spank, &STEP),
             _ => Ok(()),
@@ -112,22 +119,24 @@ pub extern "C" fn slurm_spank_user_init(sp: sys::spank_t, ac: c_int, av: *mut *m
 /// Never fails: a failing prolog drains the node.
 #[no_mangle]
 pub extern "C" fn slurm_spank_job_prolog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run_never_failing("job_prolog", Phase::Prolog, sp, ac, av, job_script::prolog)
+    run_never_failing("job_prolog", HookPhase::Prolog, sp, ac, av, job_script::prolog)
 }
 
 /// The job epilog (root, after the job's last step on this node): stop the watchdog, and deal with
 /// what the job left in its cgroups. Never fails: a failing epilog drains the node.
 #[no_mangle]
 pub extern "C" fn slurm_spank_job_epilog(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run_never_failing("job_epilog", Phase::Epilog, sp, ac, av, job_script::epilog)
+    run_never_failing("job_epilog", HookPhase::Epilog, sp, ac, av, job_script::epilog)
 }
 
 /// The end of a step (every context calls it): in slurmstepd, the batch step's final record.
 #[no_mangle]
 pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("exit", Phase::Exit, sp, ac, av, |spank| match spank.context() {
-        Context::Remote => job_end::exit(spank),
-        _ => Ok(()),
+    run("exit", HookPhase::Exit, sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Remote => job_end::exit(spank),
+            _ => Ok(()),
+        }
     })
 }
 
@@ -140,7 +149,7 @@ pub extern "C" fn slurm_spank_task_init_privileged(
 ) -> c_int {
     let _ = run(
         "task_init_privileged",
-        Phase::Task,
+        HookPhase::Task,
         sp,
         ac,
         av,
@@ -158,7 +167,7 @@ pub extern "C" fn slurm_spank_task_init_privileged(
 /// never let a user take a node out of service.
 #[no_mangle]
 pub extern "C" fn slurm_spank_task_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    run("task_init", Phase::Task, sp, ac, av, |spank| {
+    run("task_init", HookPhase::Task, sp, ac, av, |spank| {
         match spank.context() {
             Context::Remote => step::task_init(spank, &STEP),
             _ => Ok(()),

@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 
-use gmq_node::hooks::Phase;
+use gmq_node::hooks::HookPhase;
 
 use super::log;
 
@@ -14,7 +14,7 @@ use super::log;
 /// Only 0 and -1, on every Slurm: 22.05 and 24.11 take some hooks' results as failed only when
 /// negative (slurmstepd: `spank_init(step) < 0`), 25.05 takes any non-zero result of a required
 /// plugin as failed (`_do_call_stack`, `rc = spank_init(step)`); -1 is a failure to all of them.
-pub(crate) fn guard(hook: &str, phase: Phase, body: impl FnOnce() -> Result<(), String>) -> c_int {
+pub(crate) fn guard(hook: &str, phase: HookPhase, body: impl FnOnce() -> Result<(), String>) -> c_int {
     static QUIET_PANICS: Once = Once::new();
     // The default panic hook writes to stderr (the user's terminal, or nowhere in slurmstepd);
     // the guard logs the panic itself. This std is the plugin's own copy: the host is unaffected.

@@ -6,7 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use super::{log, options, sys};
-use gmq_node::hooks::{Level, PluginOption, SpankHandle};
+use gmq_node::hooks::{LogLevel, PluginOption, SpankHandle};
 
 /// Where the plugin is running (`spank_context()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,7 +273,7 @@ impl SpankHandle for Spank {
         sys::SLURM_VERSION_NUMBER
     }
 
-    fn log(&self, level: Level, line: &str) {
+    fn log(&self, level: LogLevel, line: &str) {
         log::log(level, line);
     }
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use super::guard::guard;
 use super::sys;
-use gmq_node::hooks::{Phase, PluginOption, OPTIONS};
+use gmq_node::hooks::{HookPhase, PluginOption, OPTIONS};
 
 /// The option as Slurm's `struct spank_option`, with [`on_option`] as its callback.
 pub(crate) fn to_raw(option: &PluginOption) -> sys::spank_option {
@@ -44,7 +44,7 @@ pub(crate) fn given(option: &PluginOption) -> Option<String> {
 /// slurmstepd (`remote == 1`), where Slurm only logs a failure, so the remote context re-validates
 /// the value itself in `user_init` and refuses the step there.
 extern "C" fn on_option(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
-    guard("option", Phase::Submit, || {
+    guard("option", HookPhase::Submit, || {
         if remote != 0 {
             return Ok(());
         }

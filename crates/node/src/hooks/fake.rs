@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
-use super::{Level, PluginOption, SpankHandle};
+use super::{LogLevel, PluginOption, SpankHandle};
 use gmq_core::step::BATCH_STEP;
 
 /// The fake's job id: one Slurm never gives (its ids stay below 2^26), so that what the hooks
@@ -25,7 +25,7 @@ pub(crate) struct FakeSpank {
     pub(crate) step_id: u32,
     pub(crate) task_global_id: u32,
     pub(crate) task_local_id: i32,
-    pub(crate) logged: RefCell<Vec<(Level, String)>>,
+    pub(crate) logged: RefCell<Vec<(LogLevel, String)>>,
     pub(crate) told: RefCell<Vec<String>>,
 }
 
@@ -69,7 +69,7 @@ impl FakeSpank {
     }
 
     /// The lines logged at `level`.
-    pub(crate) fn lines(&self, level: Level) -> Vec<String> {
+    pub(crate) fn lines(&self, level: LogLevel) -> Vec<String> {
         let logged = self.logged.borrow();
         logged
             .iter()
@@ -135,7 +135,7 @@ impl SpankHandle for FakeSpank {
     fn slurm_version(&self) -> u32 {
         (22 << 16) | (5 << 8)
     }
-    fn log(&self, level: Level, line: &str) {
+    fn log(&self, level: LogLevel, line: &str) {
         self.logged.borrow_mut().push((level, line.to_string()));
     }
     fn tell_job(&self, line: &str) {

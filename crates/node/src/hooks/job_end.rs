@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::step::{plugin_args, slurm_tools};
-use super::{say, Phase, SpankHandle};
+use super::{say, HookPhase, SpankHandle};
 use crate::slurm_controller::SlurmController;
 use gmq_core::config;
 use gmq_core::controller::{record_entry, AdminComment, ControlError, Controller};
@@ -30,7 +30,7 @@ pub fn exit(spank: &impl SpankHandle) -> Result<(), String> {
 /// while slurmctld still accepts updates (once the job completes it refuses them). Quick and
 /// bounded: one attempt each, two seconds at most; a failure is logged, the job is not held up.
 fn record_at_job_end(spank: &impl SpankHandle, job: u32, runtime_dir: &Path) {
-    let log = say(spank, Phase::Exit);
+    let log = say(spank, HookPhase::Exit);
     let path = node_files::job_dir(runtime_dir, job).join(node_files::RECORD_FILE);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return;

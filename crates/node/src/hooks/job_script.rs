@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{say, Phase, Say, SpankHandle, PREEMPTIBLE, QUOTA};
+use super::{say, HookPhase, Say, SpankHandle, PREEMPTIBLE, QUOTA};
 use crate::attribute::{signal, sweep_leftovers, JobOnNode, LeftoverOutcome, SWEEP_BUDGET};
 use crate::preempt_registry;
 use crate::runtime::{self, EarlierWatchdog};
@@ -42,7 +42,7 @@ fn job_sluid(spank: &impl SpankHandle, job_id: u32) -> Option<Sluid> {
     let text = spank.own_env("SLURM_JOB_SLUID")?;
     let sluid = Sluid::parse(&text);
     if sluid.is_none() {
-        say(spank, Phase::Epilog).error(&format!(
+        say(spank, HookPhase::Epilog).error(&format!(
             "job {job_id}: SLURM_JOB_SLUID '{text}' is not a SLUID: ignored"
         ));
     }
@@ -50,7 +50,7 @@ fn job_sluid(spank: &impl SpankHandle, job_id: u32) -> Option<Sluid> {
 }
 
 pub fn prolog(spank: &impl SpankHandle) -> Result<(), String> {
-    let log = say(spank, Phase::Prolog);
+    let log = say(spank, HookPhase::Prolog);
     let job_id = spank.job_id()?;
     // The job's GPUs on this node, from the credential; none: nothing to watch here.
     let Some(gpus) = spank.own_env("SLURM_JOB_GPUS").filter(|g| g != "NoDevFiles") else {
@@ -165,7 +165,7 @@ fn stop_earlier_run(log: &Say<impl SpankHandle>, job_id: u32, runtime_dir: &Path
 }
 
 pub fn epilog(spank: &impl SpankHandle) -> Result<(), String> {
-    let log = say(spank, Phase::Epilog);
+    let log = say(spank, HookPhase::Epilog);
     let job_id = spank.job_id()?;
     let uid = spank.job_uid()?;
     let args = parse_plugin_args(spank.plugin_args()).map_err(|e| e.to_string())?;
@@ -260,7 +260,7 @@ fn stop_watchdog(log: &Say<impl SpankHandle>, job_id: u32, policy: &config::Conf
 mod tests {
     use super::*;
     use crate::hooks::fake::{FakeSpank, JOB};
-    use crate::hooks::Level;
+    use crate::hooks::LogLevel;
     use gmq_core::node_files;
 
     /// A scratch directory holding a policy (capped at 30G, whose runtime directory is below it).
@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(prolog(&spank), Ok(()));
         let refusal = "--gpu-mem-quota=35G exceeds the 30G cap for this cluster (defaults.max)";
         assert_eq!(
-            spank.lines(Level::Error),
+            spank.lines(LogLevel::Error),
             vec![format!(
                 "prolog: job {JOB}: every task of the job on this node is refused: {refusal}"
             )]
@@ -329,7 +329,7 @@ mod tests {
             .with_own_env("SLURM_JOB_GPUS", "0")
             .with_option(&QUOTA, "20G");
         assert_eq!(prolog(&spank), Ok(()));
-        let errors = spank.lines(Level::Error);
+        let errors = spank.lines(LogLevel::Error);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
             errors[0].starts_with(&format!(
@@ -351,12 +351,12 @@ mod tests {
         assert_eq!(node.word(), Some(PrologWord::Watched));
         // The watchdog here is /bin/true: started, and gone at once.
         assert_eq!(
-            spank.lines(Level::Error),
+            spank.lines(LogLevel::Error),
             vec![format!(
                 "prolog: job {JOB}: SLURM_JOB_SLUID 'not-a-sluid' is not a SLUID: ignored"
             )]
         );
-        let verbose = spank.lines(Level::Verbose);
+        let verbose = spank.lines(LogLevel::Verbose);
         assert!(
             verbose.iter().any(|l| l.starts_with(&format!(
                 "prolog: job {JOB}: starting its watchdog here (GPU(s) 0, "
@@ -376,11 +376,11 @@ mod tests {
         assert_eq!(epilog(&epilog_spank), Ok(()));
         assert!(!job_dir.exists(), "{}", job_dir.display());
         assert_eq!(
-            epilog_spank.lines(Level::Verbose),
+            epilog_spank.lines(LogLevel::Verbose),
             vec![format!(
                 "epilog: job {JOB}: no watchdog to stop (no pid file): removing its files"
             )]
         );
-        assert!(epilog_spank.lines(Level::Error).is_empty());
+        assert!(epilog_spank.lines(LogLevel::Error).is_empty());
     }
 }

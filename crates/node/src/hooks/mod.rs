@@ -64,13 +64,13 @@ pub trait SpankHandle {
     fn slurm_version(&self) -> u32;
     /// One line to Slurm's logger (the plugin's name in front): in sbatch, srun and salloc the
     /// user's terminal, in slurmd and slurmstepd their log.
-    fn log(&self, level: Level, line: &str);
+    fn log(&self, level: LogLevel, line: &str);
     /// One line to the job's own output (the task's stderr).
     fn tell_job(&self, line: &str);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub enum LogLevel {
     Info,
     Verbose,
     Error,
@@ -79,7 +79,7 @@ pub enum Level {
 /// Where a line comes from, the word after the plugin's name in every line (as pyxis writes
 /// `pyxis: epilog: ...`): `gpu-mem-quota: prolog: job 12: ...`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum HookPhase {
     /// slurmd loading the plugin, or any context registering the options.
     Init,
     /// sbatch, salloc and srun checking the options and the request.
@@ -94,16 +94,16 @@ pub enum Phase {
     Exit,
 }
 
-impl fmt::Display for Phase {
+impl fmt::Display for HookPhase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Phase::Init => "init",
-            Phase::Submit => "submit",
-            Phase::Prolog => "prolog",
-            Phase::Epilog => "epilog",
-            Phase::Step => "step",
-            Phase::Task => "task",
-            Phase::Exit => "exit",
+            HookPhase::Init => "init",
+            HookPhase::Submit => "submit",
+            HookPhase::Prolog => "prolog",
+            HookPhase::Epilog => "epilog",
+            HookPhase::Step => "step",
+            HookPhase::Task => "task",
+            HookPhase::Exit => "exit",
         })
     }
 }
@@ -111,24 +111,25 @@ impl fmt::Display for Phase {
 /// A hook's logger: every line with its phase.
 struct Say<'h, H: ?Sized> {
     spank: &'h H,
-    phase: Phase,
+    phase: HookPhase,
 }
 
 impl<H: SpankHandle + ?Sized> Say<'_, H> {
     fn info(&self, message: &str) {
-        self.spank.log(Level::Info, &format!("{}: {message}", self.phase));
+        self.spank
+            .log(LogLevel::Info, &format!("{}: {message}", self.phase));
     }
     fn verbose(&self, message: &str) {
         self.spank
-            .log(Level::Verbose, &format!("{}: {message}", self.phase));
+            .log(LogLevel::Verbose, &format!("{}: {message}", self.phase));
     }
     fn error(&self, message: &str) {
         self.spank
-            .log(Level::Error, &format!("{}: {message}", self.phase));
+            .log(LogLevel::Error, &format!("{}: {message}", self.phase));
     }
 }
 
-fn say<H: SpankHandle + ?Sized>(spank: &H, phase: Phase) -> Say<'_, H> {
+fn say<H: SpankHandle + ?Sized>(spank: &H, phase: HookPhase) -> Say<'_, H> {
     Say { spank, phase }
 }
 

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::{say, Phase, SpankHandle, BATCH, QUOTA};
+use super::{say, HookPhase, SpankHandle, BATCH, QUOTA};
 use crate::runtime;
 use crate::slurmctl::SlurmTools;
 use gmq_core::config;
@@ -67,7 +67,7 @@ impl Default for StepMemory {
 }
 
 pub fn user_init(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), String> {
-    let log = say(spank, Phase::Step);
+    let log = say(spank, HookPhase::Step);
     let job = job_label(spank);
     let plan = decide(spank);
     match &plan.decision.verdict {
@@ -106,7 +106,7 @@ const HARD_LIMIT_WAIT: Duration = Duration::from_secs(15);
 /// running it unwatched (review K1). Here and not in `user_init`, which runs with the user's
 /// privileges and cannot read the job's files. Never fails itself: `task_init` refuses the task.
 pub fn task_init_privileged(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), String> {
-    let log = say(spank, Phase::Task);
+    let log = say(spank, HookPhase::Task);
     let Some(plan) = memory.decided() else {
         return Ok(());
     };
@@ -190,14 +190,14 @@ pub fn task_init(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), St
     if let (Ok(BATCH_STEP), Some(quota), Some(tuning)) =
         (spank.step_id(), verdict.quota, &plan.decision.tuning)
     {
-        hints = restart_hints(spank, &sources, quota, tuning, Phase::Task);
+        hints = restart_hints(spank, &sources, quota, tuning, HookPhase::Task);
     }
     // Told once per step, in the job's own output: the first task's stderr is the step's.
     if let (Some(lowered), Ok(0)) = (&verdict.lowered, spank.task_global_id()) {
         spank.tell_job(&format!(
             "{}: {}: job {job}: {lowered}",
             crate::PLUGIN_NAME,
-            Phase::Task
+            HookPhase::Task
         ));
     }
     let (set, unset) = step::task_env(&plan.decision, verdict, &sources, &hints);
@@ -285,7 +285,7 @@ fn restart_hints<H: SpankHandle>(
     sources: &FromSlurm<H>,
     quota: gmq_core::size::ByteSize,
     tuning: &step::Tuning,
-    phase: Phase,
+    phase: HookPhase,
 ) -> Vec<(&'static str, String)> {
     let batch = spank.getopt(&BATCH).ok().flatten();
     let (hints, said) = step::restart_hints(
@@ -330,12 +330,12 @@ fn decide(spank: &impl SpankHandle) -> Decided {
         };
         let decision = step::decide_step(&step, &sources);
         for problem in &decision.problems {
-            say(spank, Phase::Step).error(&format!("job {}: {problem}", step.job_id));
+            say(spank, HookPhase::Step).error(&format!("job {}: {problem}", step.job_id));
         }
         // Once per step; the batch step's in its task (see task_init).
         let restart_hints = match (&decision.verdict, &decision.tuning) {
             (Ok(verdict), Some(tuning)) if !step.is_batch() => match verdict.quota {
-                Some(quota) => restart_hints(spank, &sources, quota, tuning, Phase::Step),
+                Some(quota) => restart_hints(spank, &sources, quota, tuning, HookPhase::Step),
                 None => Vec::new(),
             },
             _ => Vec::new(),
@@ -367,7 +367,7 @@ fn job_label(spank: &impl SpankHandle) -> String {
 mod tests {
     use super::*;
     use crate::hooks::fake::{FakeSpank, JOB};
-    use crate::hooks::Level;
+    use crate::hooks::LogLevel;
 
     /// A policy capped at 30G whose runtime directory is in `scratch`, and the batch step of a job
     /// with GPU 0 on this node.
@@ -404,7 +404,7 @@ mod tests {
             Err(format!("job {JOB}: refusing to start the task: {refusal}"))
         );
         assert_eq!(
-            spank.lines(Level::Error),
+            spank.lines(LogLevel::Error),
             vec![format!("step: job {JOB}: refusing the step's tasks: {refusal}")]
         );
         assert_eq!(spank.env.borrow().get("GPU_MEM_QUOTA"), None);
@@ -422,7 +422,7 @@ mod tests {
             )),
             "{refused}"
         );
-        let errors = spank.lines(Level::Error);
+        let errors = spank.lines(LogLevel::Error);
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
             errors[0].starts_with(&format!("task: job {JOB}: refusing the step's tasks on node ")),
@@ -459,7 +459,7 @@ mod tests {
         .with_env("GPU_MEM_QUOTA", "999G");
         assert_eq!(run(&spank), Ok(()));
         assert_eq!(
-            spank.lines(Level::Verbose),
+            spank.lines(LogLevel::Verbose),
             vec![format!(
                 "step: job {JOB}: no GPU of the job on this node: no quota here"
             )]

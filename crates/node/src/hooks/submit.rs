@@ -6,7 +6,7 @@
 //! command before anything reaches slurmctld. Only what is known here is checked (the user; the
 //! account, partition and QOS are often chosen later): the node checks again, authoritatively.
 
-use super::{say, Phase, SpankHandle, OPTIONS, QUOTA};
+use super::{say, HookPhase, SpankHandle, OPTIONS, QUOTA};
 use gmq_core::admission;
 use gmq_core::config;
 use gmq_core::plugin_args::{parse_plugin_args, PluginArgs};
@@ -20,7 +20,7 @@ pub fn check_plugin_args(spank: &impl SpankHandle) -> Result<PluginArgs, String>
 /// slurmd, loading the plugin: its plugstack arguments, said once in slurmd's log.
 pub fn slurmd_init(spank: &impl SpankHandle) -> Result<(), String> {
     let args = check_plugin_args(spank)?;
-    say(spank, Phase::Init).info(&format!("loaded (config={})", args.config.display()));
+    say(spank, HookPhase::Init).info(&format!("loaded (config={})", args.config.display()));
     Ok(())
 }
 
@@ -50,7 +50,7 @@ pub fn check_request(spank: &impl SpankHandle) -> Result<(), String> {
     };
     let verdict = admission::on_submit(request, &policy, &who)?;
     if let Some(warning) = verdict.warning {
-        say(spank, Phase::Submit).error(&warning);
+        say(spank, HookPhase::Submit).error(&warning);
     }
     Ok(())
 }
@@ -59,7 +59,7 @@ pub fn check_request(spank: &impl SpankHandle) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::hooks::fake::FakeSpank;
-    use crate::hooks::Level;
+    use crate::hooks::LogLevel;
 
     fn policy(text: &str) -> tempfile::NamedTempFile {
         let file = tempfile::NamedTempFile::new().unwrap();
@@ -73,7 +73,7 @@ mod tests {
         let spank = FakeSpank::new(file.path());
         slurmd_init(&spank).unwrap();
         assert_eq!(
-            spank.lines(Level::Info),
+            spank.lines(LogLevel::Info),
             vec![format!("init: loaded (config={})", file.path().display())]
         );
         let bad = FakeSpank {
