@@ -158,3 +158,22 @@ def test_runs_are_summed_up_as_min_median_max_and_the_best_median_is_named_whoev
 def test_seeds_and_the_order_of_configurations():
     assert day.seed_list("1-3,7,2") == [1, 2, 3, 7]
     assert [day.rotation(["a", "b", "c"], i)[0] for i in range(4)] == ["a", "b", "c", "a"]
+
+
+def test_runs_of_several_files_are_summed_up_together(tmp_path, capsys):
+    def one(seed, killed, **settings):
+        row = {"config": "shards", "seed": seed, "repeat": 1, **{key: 0 for key, _, _ in day.COLUMNS}}
+        row["killed_by_neighbour"] = killed
+        path = tmp_path / f"s{seed}.json"
+        path.write_text(json.dumps({"seeds": [seed], "repeats": 1, "jobs": 120, **settings, "runs": [row],
+                                    "samples": {f"shards seed {seed} run 1": [{"t": 0}]}}))
+        return str(path)
+
+    out = tmp_path / "all"
+    day.combine([one(1, 2), one(2, 4), one(3, 9, jobs=60)], str(out))
+    merged = json.loads((out / "figures.json").read_text())
+    assert merged["seeds"] == [1, 2, 3] and len(merged["runs"]) == 3 and len(merged["samples"]) == 3
+    assert merged["summary"][0]["killed_by_neighbour"] == {"min": 2, "median": 4, "max": 9, "runs": 3}
+    # A run made with other settings says so beside its figures; the others do not repeat them.
+    assert merged["runs"][2]["settings"]["jobs"] == 60 and "settings" not in merged["runs"][0]
+    assert "4 (2-9)" in capsys.readouterr().out
