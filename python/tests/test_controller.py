@@ -73,7 +73,8 @@ def test_from_environment_reads_quota_and_hints():
     controller = BatchController.from_environment(BatchGeometry(8, 8), env=env, log=lines.append, grow_after_steps=5)
     assert controller.geometry == BatchGeometry(4, 16)
     assert controller.config.budget_bytes == memory_budget(40 * GIB) and controller.config.grow_after_steps == 5
-    assert lines == ["step 0 of this process: start 8x8 -> 4x16: from restart hints (restart 1 after over-quota, last peak 52.00 GiB)"]
+    assert lines == ["step 0 of this process: start 8x8 -> 4x16: from restart hints "
+                     "(restart 1 after over-quota, last peak 52.00 GiB)"]
 
 
 def test_it_shrinks_before_a_longer_sequence_would_cross_the_budget():
@@ -82,7 +83,8 @@ def test_it_shrinks_before_a_longer_sequence_would_cross_the_budget():
     geometry = train(controller, 1024)  # 8 x 4G = 42G would be over
     assert geometry.effective == 64 and peak(1024, geometry.micro) <= 40 * GIB
     assert geometry == BatchGeometry(4, 16)  # the largest that fits: 10G + 4 x 4G = 26G
-    assert len(lines) == 1 and lines[0].startswith("step 2 of this process: shrink 8x8 -> 4x16: predicted 42.00 GiB at seq 1024")
+    assert len(lines) == 1
+    assert lines[0].startswith("step 2 of this process: shrink 8x8 -> 4x16: predicted 42.00 GiB at seq 1024")
 
 
 def test_with_several_lengths_seen_the_fit_is_exact():
@@ -98,7 +100,8 @@ def test_oom_without_data_halves():
     controller, lines = make(declared=BatchGeometry(12, 2))
     controller.plan_step(1024)
     assert controller.on_oom(1024) == BatchGeometry(6, 4)
-    assert lines == ["step 1 of this process: oom-retry 12x2 -> 6x4: out of memory at seq 1024; retrying the same batch"]
+    assert lines == ["step 1 of this process: oom-retry 12x2 -> 6x4: out of memory at seq 1024; "
+                     "retrying the same batch"]
 
 
 def test_oom_with_data_goes_to_what_fits_what_failed():
@@ -182,4 +185,5 @@ def test_checkpointing_goes_off_first_when_headroom_returns():
     assert not controller.activation_checkpointing and controller.geometry == BatchGeometry(1, 4)
     train(controller, 512, steps=2)
     assert controller.geometry == BatchGeometry(2, 2)
-    assert [line.split(": ")[1].split()[0] for line in lines] == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]
+    actions = [line.split(": ")[1].split()[0] for line in lines]
+    assert actions == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]

@@ -199,7 +199,6 @@ def test_ranks_without_any_budget_train_as_one(tmp_path):
     assert all(r["decisions"] == [] for r in results)
 
 
-
 # --- the restart-based adapters' agreement ------------------------------------------------------------------
 
 def _observer_rank_main(rank, world, rendezvous, out_dir, limits):

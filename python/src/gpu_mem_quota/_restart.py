@@ -11,11 +11,12 @@ geometry file (a path they all see): the restart then starts every rank from it.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Callable, Optional, Tuple
 
 from .checkpoint import GeometryFile
 from .controller import BatchController
 from .distributed import RankAgreement, follow, proposal_of, rank_agreement
+from .geometry import BatchGeometry
 from .model import MicroStepMemory
 from .pytorch import MemorySource
 
@@ -58,7 +59,7 @@ class StepObserver:
         if self.controller.on_oom(self.sequence_length(step)) is not None:
             self._changed((self.controller.geometry, self.controller.activation_checkpointing))
 
-    def _changed(self, planned: tuple) -> bool:
+    def _changed(self, planned: Tuple[BatchGeometry, bool]) -> bool:
         if planned == self.running:
             return False
         self.geometry_file.save(*planned)

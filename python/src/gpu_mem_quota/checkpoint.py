@@ -43,7 +43,9 @@ class RequeueCheckpoint:
         if allow_pickle and dump is not None:
             raise TypeError("allow_pickle chooses pickle: give it without dump and load")
         self.path = Path(path)
-        if dump is not None:
+        self._dump: Callable[[Any, BinaryIO], None]
+        self._load: Callable[[BinaryIO], Any]
+        if dump is not None and load is not None:
             self._dump, self._load = dump, load
         elif allow_pickle:
             self._dump, self._load = pickle.dump, pickle.load
@@ -60,7 +62,7 @@ class RequeueCheckpoint:
 
         return cls(path, torch.save, lambda f: torch.load(f, weights_only=not allow_pickle))
 
-    def install(self, signals: tuple = (signal.SIGUSR1, signal.SIGTERM)) -> "RequeueCheckpoint":
+    def install(self, signals: Tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGTERM)) -> "RequeueCheckpoint":
         """Handle these signals (from the main thread, as Python requires)."""
         for signum in signals:
             signal.signal(signum, self._note)

@@ -63,7 +63,8 @@ class Decision:
         checkpointing = ", activation checkpointing" if self.activation_checkpointing else ""
         # Counted from this process's start (0: before its first step), not from the run's: a resumed run
         # starts again at 1; the checkpoint's own step count is the run's.
-        return f"step {self.step} of this process: {self.action} {self.before} -> {self.after}{checkpointing}: {self.reason}"
+        return (f"step {self.step} of this process: {self.action} {self.before} -> {self.after}{checkpointing}: "
+                f"{self.reason}")
 
 
 def starting_geometry(declared: BatchGeometry, hints: Optional[RestartHints] = None,
@@ -113,8 +114,9 @@ class BatchController:
         hints = read_restart_hints(env)
         start, source = starting_geometry(declared, hints, resumed)
         checkpointing = bool(hints and hints.activation_checkpointing)
-        config = replace(ControllerConfig(memory_budget(quota.bytes if quota else None, device_bytes,
-                                                         context_reserve_bytes=context_reserve_bytes)), **overrides)
+        budget = memory_budget(quota.bytes if quota else None, device_bytes,
+                               context_reserve_bytes=context_reserve_bytes)
+        config = replace(ControllerConfig(budget), **overrides)
         controller = cls(declared, config, start, checkpointing, log)
         if config.budget_bytes == 0:
             limit = min(b for b in (quota.bytes if quota else None, device_bytes) if b is not None)
@@ -123,7 +125,8 @@ class BatchController:
                 f"(ask for a larger --gpu-mem, or pass a smaller context_reserve_bytes)")
         why = f"from {source}"
         if hints is not None:
-            why += f" (restart {hints.restarts} after {hints.last_event}, last peak {format_bytes(hints.last_peak_bytes)})"
+            why += (f" (restart {hints.restarts} after {hints.last_event}, "
+                    f"last peak {format_bytes(hints.last_peak_bytes)})")
         controller._decide("start", declared, why)
         return controller
 
@@ -158,11 +161,12 @@ class BatchController:
             self._calm_steps = 0
             fitting = self._largest_fitting(seq_len, capacity, below=self.geometry.micro)
             if fitting is not None:
-                self._shrink("shrink", fitting,
-                             f"predicted {format_bytes(predicted)} at seq {seq_len} > capacity {format_bytes(capacity)}")
+                self._shrink("shrink", fitting, f"predicted {format_bytes(predicted)} at seq {seq_len} "
+                                                f"> capacity {format_bytes(capacity)}")
             elif self.geometry.micro > 1:
                 self._shrink("shrink", self.geometry.with_micro(1),
-                             f"predicted {format_bytes(predicted)} at seq {seq_len}; no micro-batch fits {format_bytes(capacity)}")
+                             f"predicted {format_bytes(predicted)} at seq {seq_len}; "
+                             f"no micro-batch fits {format_bytes(capacity)}")
             self._checkpoint_if_needed(seq_len, capacity)
         else:
             self._maybe_grow(seq_len, capacity)
@@ -189,7 +193,8 @@ class BatchController:
             self.activation_checkpointing = True
             self._decide("checkpointing-on", failed, f"out of memory at micro-batch 1, seq {seq_len}")
             return self.geometry
-        self._log(f"step {self.step} of this process: out of memory at micro-batch 1, seq {seq_len}, with nothing left to shrink")
+        self._log(f"step {self.step} of this process: out of memory at micro-batch 1, seq {seq_len}, "
+                  "with nothing left to shrink")
         return None
 
     def on_watchdog_warning(self, prediction: Prediction) -> BatchGeometry:
@@ -262,8 +267,8 @@ class BatchController:
         if self._calm_steps < self.config.grow_after_steps:
             return
         self._calm_steps = 0
-        why = (f"{self.config.grow_after_steps} steps with headroom: predicted {format_bytes(predicted)} at seq {seq_len}"
-               f" <= {self.config.grow_below:.0%} of {format_bytes(capacity)}")
+        why = (f"{self.config.grow_after_steps} steps with headroom: predicted {format_bytes(predicted)} "
+               f"at seq {seq_len} <= {self.config.grow_below:.0%} of {format_bytes(capacity)}")
         before = self.geometry
         if self.activation_checkpointing:
             self.activation_checkpointing = False

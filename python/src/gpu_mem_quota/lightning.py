@@ -14,7 +14,7 @@ LightningModule with manual optimization (`self.automatic_optimization = False`)
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import lightning.pytorch as pl
 import torch
@@ -48,7 +48,7 @@ class QuotaBatchCallback(pl.Callback):
             self.observer.on_oom(trainer.global_step)
 
 
-def starting_values(controller: BatchController) -> dict:
+def starting_values(controller: BatchController) -> Dict[str, Any]:
     """The DataLoader's batch size and the Trainer's accumulation for this run."""
     return {"batch_size": controller.geometry.micro,
             "accumulate_grad_batches": controller.geometry.accum,

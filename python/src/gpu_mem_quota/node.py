@@ -221,7 +221,6 @@ class StatusWatcher:
                               suggested_batch_scale=max(0.01, min(0.99, worst.quota_bytes / worst.used_bytes)))
         return status.prediction
 
-
     def _report(self, error: str) -> None:
         """Once per distinct error: a loop polling a broken file every step would drown its log."""
         if error != self._last_error:
@@ -294,4 +293,3 @@ def _positive_int(name: str, text: str) -> int:
     if value == 0:
         raise NodeInfoError(f"{name}={text!r}: must be at least 1")
     return value
-

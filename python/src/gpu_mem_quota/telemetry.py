@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Union
 
 from ._files import replacing
 from .controller import BatchController, log_to_stderr
@@ -58,7 +58,8 @@ class TelemetryWriter:
                 raise TypeError(f"{origin}: {path!r} is not a file path (a str or a pathlib.Path)")
             self.path = Path(path)
         else:
-            origin = "GPU_MEM_QUOTA_TELEMETRY_FILE" if env.get("GPU_MEM_QUOTA_TELEMETRY_FILE") else "the working directory"
+            explicit = env.get("GPU_MEM_QUOTA_TELEMETRY_FILE")
+            origin = "GPU_MEM_QUOTA_TELEMETRY_FILE" if explicit else "the working directory"
             self.path = telemetry_path(env)
         directory = self.path.parent
         if not directory.is_dir():
@@ -87,7 +88,7 @@ class TelemetryWriter:
                 self._log(f"{message}; carrying on without it")
 
 
-def _controller_state(controller: BatchController) -> dict:
+def _controller_state(controller: BatchController) -> Dict[str, Any]:
     last = controller.decisions[-1] if controller.decisions else None
     return {
         "micro_batch": controller.geometry.micro,

@@ -14,7 +14,7 @@ accumulation, so the effective batch, and the training, change.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -52,7 +52,7 @@ def oom_guard(callback: QuotaTrainerCallback, train: Callable[[], Any], step: Ca
         raise
 
 
-def training_arguments(controller: BatchController) -> dict:
+def training_arguments(controller: BatchController) -> Dict[str, Any]:
     """`TrainingArguments` batch values for this run. Activation checkpointing is the model's:
     `model.gradient_checkpointing_enable()` when `controller.activation_checkpointing`."""
     return {"per_device_train_batch_size": controller.geometry.micro,
