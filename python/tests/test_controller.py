@@ -1,5 +1,7 @@
 """The controller against a memory that follows the model exactly (no torch): fixed + micro x k x seq."""
 
+import logging
+
 import pytest
 
 from gpu_mem_quota import (BatchController, BatchGeometry, ControllerConfig, MicroStepMemory, Prediction,
@@ -75,6 +77,21 @@ def test_from_environment_reads_quota_and_hints():
     assert controller.config.budget_bytes == memory_budget(40 * GIB) and controller.config.grow_after_steps == 5
     assert lines == ["step 0 of this process: start 8x8 -> 4x16: from restart hints "
                      "(restart 1 after over-quota, last peak 52.00 GiB)"]
+
+
+def test_without_a_log_callable_the_lines_go_to_the_module_logger(caplog):
+    caplog.set_level(logging.INFO, logger="gpu_mem_quota")
+    controller = BatchController.from_environment(BatchGeometry(8, 8), env={"GPU_MEM_QUOTA_BYTES": str(500 << 20)})
+    controller.on_oom(1024)  # micro-batch 8, then on down: three retries, the last with nothing left
+    while controller.on_oom(1024) is not None:
+        pass
+    records = [(r.name, r.levelname, r.getMessage().split(":")[0]) for r in caplog.records]
+    assert records[0] == ("gpu_mem_quota.controller", "WARNING", "warning")  # a budget of 0 bytes
+    assert records[1] == ("gpu_mem_quota.controller", "INFO", "step 0 of this process")  # start
+    assert records[-1][:2] == ("gpu_mem_quota.controller", "WARNING")  # out of memory with nothing left
+    assert "nothing left to shrink" in caplog.records[-1].getMessage()
+    # A library configures no logging: what the application sets up decides what is printed.
+    assert logging.getLogger("gpu_mem_quota").handlers == []
 
 
 def test_it_shrinks_before_a_longer_sequence_would_cross_the_budget():

@@ -7,15 +7,20 @@ is one log line and one `Decision`.
 
 It knows nothing of any framework: the adapters (`gpu_mem_quota.pytorch`, `.lightning`,
 `.transformers`, `.deepspeed`) feed it measurements and apply what it decides.
+
+Its lines go to the `gpu_mem_quota.controller` logger (decisions at INFO, what cannot go on at WARNING),
+or to a `log=` callable instead.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ._log import LogCallable, emit
 from .geometry import BatchGeometry
 from .model import MemoryModel, MicroStepMemory
 from .node import Prediction, RestartHints, read_quota, read_restart_hints
@@ -36,7 +41,12 @@ def memory_budget(quota_bytes: Optional[int], device_bytes: Optional[int] = None
     return max(0, int(min(limits) * (1 - margin)) - context_reserve_bytes)
 
 
+logger = logging.getLogger(__name__)
+
+
 def log_to_stderr(line: str) -> None:
+    """A `log=` callable that prints each line to stderr, as the package did by default before it logged
+    through `logging`; kept for callers that pass it."""
     print(f"gpu-mem-quota: {line}", file=sys.stderr, flush=True)
 
 
@@ -87,7 +97,8 @@ def starting_geometry(declared: BatchGeometry, hints: Optional[RestartHints] = N
 
 class BatchController:
     def __init__(self, declared: BatchGeometry, config: ControllerConfig, start: Optional[BatchGeometry] = None,
-                 activation_checkpointing: bool = False, log: Callable[[str], None] = log_to_stderr) -> None:
+                 activation_checkpointing: bool = False, log: Optional[LogCallable] = None) -> None:
+        """`log`: a callable that takes each line instead of the module's logger."""
         if start is not None and start.effective != declared.effective:
             raise ValueError(f"start {start} and declared {declared} have different effective batches")
         self.declared = declared
@@ -106,7 +117,7 @@ class BatchController:
     @classmethod
     def from_environment(cls, declared: BatchGeometry, resumed: Optional[BatchGeometry] = None,
                          device_bytes: Optional[int] = None, context_reserve_bytes: int = CONTEXT_RESERVE_BYTES,
-                         env: Mapping[str, str] = os.environ, log: Callable[[str], None] = log_to_stderr,
+                         env: Mapping[str, str] = os.environ, log: Optional[LogCallable] = None,
                          **overrides: Any) -> "BatchController":
         """A controller for this job: its budget from the quota (and the device, if smaller), its start from
         the hints and the checkpoint; `overrides` are ControllerConfig fields."""
@@ -120,9 +131,10 @@ class BatchController:
         controller = cls(declared, config, start, checkpointing, log)
         if config.budget_bytes == 0:
             limit = min(b for b in (quota.bytes if quota else None, device_bytes) if b is not None)
-            log(f"warning: a budget of 0 bytes: {format_bytes(limit)} less {SAFETY_MARGIN:.0%} is under the "
-                f"{format_bytes(context_reserve_bytes)} context reserve; every step will shrink to micro-batch 1 "
-                f"(ask for a larger --gpu-mem, or pass a smaller context_reserve_bytes)")
+            emit(logger, log, logging.WARNING,
+                 f"warning: a budget of 0 bytes: {format_bytes(limit)} less {SAFETY_MARGIN:.0%} is under the "
+                 f"{format_bytes(context_reserve_bytes)} context reserve; every step will shrink to micro-batch 1 "
+                 f"(ask for a larger --gpu-mem, or pass a smaller context_reserve_bytes)")
         why = f"from {source}"
         if hints is not None:
             why += (f" (restart {hints.restarts} after {hints.last_event}, "
@@ -193,8 +205,8 @@ class BatchController:
             self.activation_checkpointing = True
             self._decide("checkpointing-on", failed, f"out of memory at micro-batch 1, seq {seq_len}")
             return self.geometry
-        self._log(f"step {self.step} of this process: out of memory at micro-batch 1, seq {seq_len}, "
-                  "with nothing left to shrink")
+        emit(logger, self._log, logging.WARNING, f"step {self.step} of this process: out of memory at "
+                                                 f"micro-batch 1, seq {seq_len}, with nothing left to shrink")
         return None
 
     def on_watchdog_warning(self, prediction: Prediction) -> BatchGeometry:
@@ -288,7 +300,7 @@ class BatchController:
     def _decide(self, action: str, before: BatchGeometry, reason: str) -> None:
         decision = Decision(self.step, action, before, self.geometry, self.activation_checkpointing, reason)
         self.decisions.append(decision)
-        self._log(decision.line())
+        emit(logger, self._log, logging.INFO, decision.line())
 
 
 def format_bytes(nbytes: int) -> str:
