@@ -25,6 +25,7 @@ its own checkpoint (PATH.rankN) and prints its parameters' checksum at the end (
 
 import argparse
 import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -34,12 +35,23 @@ from torch import nn
 
 from gpu_mem_quota import (BatchController, BatchGeometry, RequeueCheckpoint, StatusWatcher, TelemetryWriter,
                            status_file_path)
-from gpu_mem_quota.controller import log_to_stderr
 from gpu_mem_quota.distributed import RankAgreement
 from gpu_mem_quota.pytorch import AdaptiveBatchRunner, Checkpointed, CudaMemory
 from gpu_mem_quota.testing import MemoryBudget, fake_gpu_claim_file
 
 VOCAB = 256
+
+log = logging.getLogger("train_torch")
+
+
+def configure_logging() -> None:
+    """The package's lines and this script's, one per line on stderr as `gpu-mem-quota: ...` (the end-to-end
+    tests read them): only these two loggers, not torch's."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("gpu-mem-quota: %(message)s"))
+    for name in ("gpu_mem_quota", "train_torch"):
+        logging.getLogger(name).addHandler(handler)
+        logging.getLogger(name).setLevel(logging.INFO)
 
 
 class SmallLM(nn.Module):
@@ -93,6 +105,7 @@ def main() -> None:
                         help="join the srun tasks into one data-parallel run (gloo): tcp://HOST:PORT or "
                              "file://PATH; rank and size from SLURM_PROCID and SLURM_NTASKS")
     args = parser.parse_args()
+    configure_logging()
 
     device = torch.device("cpu" if args.simulate_budget else "cuda")
     rank, world = 0, 1
@@ -111,7 +124,7 @@ def main() -> None:
     if state:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        log_to_stderr(f"resumed at step {state['step']}/{args.steps}")
+        log.info(f"resumed at step {state['step']}/{args.steps}")
     first_step = state["step"] if state else 0
     resumed = BatchGeometry(*state["geometry"]) if state else None
 
@@ -139,7 +152,7 @@ def main() -> None:
             return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
     runner = AdaptiveBatchRunner(trained, optimizer, loss_of, controller, memory=memory,
-                                 status=StatusWatcher(status_file_path(), log_to_stderr), telemetry=TelemetryWriter(),
+                                 status=StatusWatcher(status_file_path()), telemetry=TelemetryWriter(),
                                  agreement=RankAgreement() if args.ddp else None)
 
     def progress(step: int) -> dict:
@@ -161,15 +174,15 @@ def main() -> None:
             loss = runner.step([tokens], seq_len=seq_len)
             time.sleep(max(0.0, args.step_seconds - (time.monotonic() - started)))
             if checkpoint.at_step_boundary(lambda: progress(step + 1)):
-                log_to_stderr(f"SIGTERM: saved at step {step + 1}; leaving for the requeue")
+                log.info(f"SIGTERM: saved at step {step + 1}; leaving for the requeue")
                 return
     checkpoint.save(progress(args.steps))
     geometry = controller.geometry
-    log_to_stderr(f"done: {args.steps} steps, last loss {loss:.3f}, at {geometry}"
-                  + (", activation checkpointing" if controller.activation_checkpointing else ""))
+    log.info(f"done: {args.steps} steps, last loss {loss:.3f}, at {geometry}"
+             + (", activation checkpointing" if controller.activation_checkpointing else ""))
     if args.ddp:
         checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
-        log_to_stderr(f"rank {rank} of {world}: parameters checksum {checksum:.12e}")
+        log.info(f"rank {rank} of {world}: parameters checksum {checksum:.12e}")
         torch.distributed.destroy_process_group()
 
 

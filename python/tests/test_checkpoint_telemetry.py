@@ -65,3 +65,16 @@ def test_the_default_telemetry_file_is_per_job_and_task(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     writer = TelemetryWriter(env={"SLURM_JOB_ID": "12", "SLURM_PROCID": "3"})
     assert writer.path == tmp_path / "gpu-mem-quota-telemetry.12.3.json"
+
+
+def test_a_restart_starts_from_the_checkpoint_or_a_smaller_geometry_file():
+    from gpu_mem_quota.checkpoint import restart_geometry
+
+    ckpt, smaller, larger = (BatchGeometry(4, 4), False), (BatchGeometry(2, 8), False), (BatchGeometry(8, 2), False)
+    assert restart_geometry(None, None) is None  # a first run
+    assert restart_geometry(None, larger) == larger  # a checkpoint from before the geometry rode in it
+    assert restart_geometry(ckpt, None) == ckpt
+    assert restart_geometry(ckpt, smaller) == smaller  # an OOM after the checkpoint
+    assert restart_geometry(ckpt, larger) == ckpt  # a file older than the checkpoint
+    assert restart_geometry(ckpt, (BatchGeometry(4, 4), True)) == (BatchGeometry(4, 4), True)
+    assert restart_geometry(ckpt, (BatchGeometry(1, 2), False)) == ckpt  # another effective batch

@@ -1,5 +1,7 @@
 """The controller against a memory that follows the model exactly (no torch): fixed + micro x k x seq."""
 
+import logging
+
 import pytest
 
 from gpu_mem_quota import (BatchController, BatchGeometry, ControllerConfig, MicroStepMemory, Prediction,
@@ -73,7 +75,23 @@ def test_from_environment_reads_quota_and_hints():
     controller = BatchController.from_environment(BatchGeometry(8, 8), env=env, log=lines.append, grow_after_steps=5)
     assert controller.geometry == BatchGeometry(4, 16)
     assert controller.config.budget_bytes == memory_budget(40 * GIB) and controller.config.grow_after_steps == 5
-    assert lines == ["step 0 of this process: start 8x8 -> 4x16: from restart hints (restart 1 after over-quota, last peak 52.00 GiB)"]
+    assert lines == ["step 0 of this process: start 8x8 -> 4x16: from restart hints "
+                     "(restart 1 after over-quota, last peak 52.00 GiB)"]
+
+
+def test_without_a_log_callable_the_lines_go_to_the_module_logger(caplog):
+    caplog.set_level(logging.INFO, logger="gpu_mem_quota")
+    controller = BatchController.from_environment(BatchGeometry(8, 8), env={"GPU_MEM_QUOTA_BYTES": str(500 << 20)})
+    controller.on_oom(1024)  # micro-batch 8, then on down: three retries, the last with nothing left
+    while controller.on_oom(1024) is not None:
+        pass
+    records = [(r.name, r.levelname, r.getMessage().split(":")[0]) for r in caplog.records]
+    assert records[0] == ("gpu_mem_quota.controller", "WARNING", "warning")  # a budget of 0 bytes
+    assert records[1] == ("gpu_mem_quota.controller", "INFO", "step 0 of this process")  # start
+    assert records[-1][:2] == ("gpu_mem_quota.controller", "WARNING")  # out of memory with nothing left
+    assert "nothing left to shrink" in caplog.records[-1].getMessage()
+    # A library configures no logging: what the application sets up decides what is printed.
+    assert logging.getLogger("gpu_mem_quota").handlers == []
 
 
 def test_it_shrinks_before_a_longer_sequence_would_cross_the_budget():
@@ -82,7 +100,8 @@ def test_it_shrinks_before_a_longer_sequence_would_cross_the_budget():
     geometry = train(controller, 1024)  # 8 x 4G = 42G would be over
     assert geometry.effective == 64 and peak(1024, geometry.micro) <= 40 * GIB
     assert geometry == BatchGeometry(4, 16)  # the largest that fits: 10G + 4 x 4G = 26G
-    assert len(lines) == 1 and lines[0].startswith("step 2 of this process: shrink 8x8 -> 4x16: predicted 42.00 GiB at seq 1024")
+    assert len(lines) == 1
+    assert lines[0].startswith("step 2 of this process: shrink 8x8 -> 4x16: predicted 42.00 GiB at seq 1024")
 
 
 def test_with_several_lengths_seen_the_fit_is_exact():
@@ -98,7 +117,8 @@ def test_oom_without_data_halves():
     controller, lines = make(declared=BatchGeometry(12, 2))
     controller.plan_step(1024)
     assert controller.on_oom(1024) == BatchGeometry(6, 4)
-    assert lines == ["step 1 of this process: oom-retry 12x2 -> 6x4: out of memory at seq 1024; retrying the same batch"]
+    assert lines == ["step 1 of this process: oom-retry 12x2 -> 6x4: out of memory at seq 1024; "
+                     "retrying the same batch"]
 
 
 def test_oom_with_data_goes_to_what_fits_what_failed():
@@ -182,4 +202,5 @@ def test_checkpointing_goes_off_first_when_headroom_returns():
     assert not controller.activation_checkpointing and controller.geometry == BatchGeometry(1, 4)
     train(controller, 512, steps=2)
     assert controller.geometry == BatchGeometry(2, 2)
-    assert [line.split(": ")[1].split()[0] for line in lines] == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]
+    actions = [line.split(": ")[1].split()[0] for line in lines]
+    assert actions == ["shrink", "checkpointing-on", "checkpointing-off", "grow"]

@@ -114,6 +114,28 @@ def test_hugging_face_oom_leaves_a_smaller_geometry_and_the_restart_uses_it(tmp_
     assert trainer.state.global_step == 3 and trainer.args.per_device_train_batch_size == 4
 
 
+def test_hugging_face_saves_the_geometry_in_the_checkpoint_directory(tmp_path):
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from gpu_mem_quota.transformers import QuotaTrainerCallback, saved_geometry
+
+    geometry_file = GeometryFile(tmp_path / "geometry.json")
+    controller = BatchController(DECLARED, ControllerConfig(budget_bytes=None), start=BatchGeometry(4, 4),
+                                 log=lambda _: None)
+    callback = QuotaTrainerCallback(controller, geometry_file, memory=object())
+    assert saved_geometry(tmp_path / "out", geometry_file) is None  # a first run
+    for step in (2, 10):  # the Trainer saved in checkpoint-2, later in checkpoint-10
+        (tmp_path / "out" / f"checkpoint-{step}").mkdir(parents=True)
+        callback.on_save(SimpleNamespace(output_dir=str(tmp_path / "out")),
+                         SimpleNamespace(global_step=step, is_world_process_zero=True), None)
+        controller.geometry = BatchGeometry(2, 8)
+    assert saved_geometry(tmp_path / "out", geometry_file) == (BatchGeometry(2, 8), False)
+    # An OOM after the last checkpoint left a smaller one in the geometry file: that one.
+    geometry_file.save(BatchGeometry(1, 16), False)
+    assert saved_geometry(tmp_path / "out", geometry_file) == (BatchGeometry(1, 16), False)
+
+
 RESUME_SAMPLES, RESUME_STEPS, RESUME_DECLARED = 128, 10, BatchGeometry(8, 4)  # 4 steps an epoch
 
 
@@ -125,7 +147,7 @@ def test_lightning_resumes_mid_epoch_at_a_smaller_micro_batch_with_the_batch_exa
     and stops; the restart at 4x8 trains the same samples in every step, 32 each, as a run that never
     stopped, and ends where it ends."""
     pl = pytest.importorskip("lightning.pytorch")
-    from gpu_mem_quota.lightning import QuotaBatchCallback, ResumeAtStep, starting_values
+    from gpu_mem_quota.lightning import QuotaBatchCallback, ResumeAtStep, saved_geometry, starting_values
     from gpu_mem_quota.resume import StepBatchSampler
 
     data = batch(RESUME_SAMPLES, 16, step=0)
@@ -161,7 +183,7 @@ def test_lightning_resumes_mid_epoch_at_a_smaller_micro_batch_with_the_batch_exa
 
     def run(ckpt_path=None, steps_done=0):
         geometry_file = GeometryFile(tmp_path / "geometry.json")
-        resumed = geometry_file.load()
+        resumed = saved_geometry(tmp_path / "last.ckpt", geometry_file)
         controller = BatchController(RESUME_DECLARED, ControllerConfig(budget_bytes=capacity),
                                      start=resumed[0] if resumed else None, log=lambda _: None)
         values = starting_values(controller)
@@ -180,7 +202,9 @@ def test_lightning_resumes_mid_epoch_at_a_smaller_micro_batch_with_the_batch_exa
 
     first, trainer = run()
     assert trainer.global_step == 3 and first.samples == [32, 32, 32]
-    assert GeometryFile(tmp_path / "geometry.json").load() == (BatchGeometry(4, 8), False)
+    # The planned shrink rides in the checkpoint, not in the geometry file.
+    assert saved_geometry(tmp_path / "last.ckpt") == (BatchGeometry(4, 8), False)
+    assert GeometryFile(tmp_path / "geometry.json").load() is None
     steps_done = torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"]
     second, trainer = run(tmp_path / "last.ckpt", steps_done)
     assert trainer.global_step == RESUME_STEPS and trainer.accumulate_grad_batches == 8

@@ -13,7 +13,8 @@ MIB = 1 << 20
 def fitted(per_sample, lengths, micro=4, fixed=100 * MIB):
     model = MemoryModel()
     for s in lengths:
-        model.observe(MicroStepMemory(s, micro, fixed, fixed + int(micro * per_sample(s)), fixed + int(micro * per_sample(s))))
+        peak = fixed + int(micro * per_sample(s))
+        model.observe(MicroStepMemory(s, micro, fixed, peak, peak))
     return model
 
 

@@ -122,6 +122,13 @@ def test_the_watcher_hands_each_warning_over_once_and_ignores_broken_files(statu
     assert len(lines) == 1 and "ignoring the status file" in lines[0]
 
 
+def test_without_a_log_callable_a_broken_file_is_a_warning_on_the_module_logger(tmp_path, caplog):
+    (tmp_path / "status.json").write_text("{")
+    assert StatusWatcher(tmp_path / "status.json").new_warning() is None
+    assert [(r.name, r.levelname) for r in caplog.records] == [("gpu_mem_quota.node", "WARNING")]
+    assert caplog.records[0].getMessage().startswith("ignoring the status file: ")
+
+
 def test_a_gpu_over_its_quota_is_a_warning_to_shrink_now(status_file, tmp_path):
     over = {**STATUS["gpus"][0], "state": "over-quota", "used_bytes": 50 << 30, "quota_bytes": 40 << 30}
     status_file(gpus=[over], prediction=None)

@@ -2,7 +2,6 @@
 naming the variable; and the CPU test budget forgets a failed forward's tensors."""
 
 import json
-import os
 
 import pytest
 

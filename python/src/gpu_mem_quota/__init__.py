@@ -13,8 +13,8 @@ from .node import (GpuStatus, NodeInfoError, Prediction, Quota, RestartHints, St
 from .telemetry import AllocatorSnapshot, TelemetryWriter
 
 __all__ = [
-    "AllocatorSnapshot", "BatchController", "BatchGeometry", "ControllerConfig", "Decision", "GeometryFile", "GpuStatus",
-    "MemoryModel", "MicroStepMemory", "NodeInfoError", "Prediction", "Quota", "RequeueCheckpoint",
+    "AllocatorSnapshot", "BatchController", "BatchGeometry", "ControllerConfig", "Decision", "GeometryFile",
+    "GpuStatus", "MemoryModel", "MicroStepMemory", "NodeInfoError", "Prediction", "Quota", "RequeueCheckpoint",
     "RestartHints", "Status", "StatusFileMissing", "StatusWatcher", "TelemetryWriter", "memory_budget",
     "read_quota", "read_restart_hints", "read_status", "starting_geometry", "status_file_path",
 ]

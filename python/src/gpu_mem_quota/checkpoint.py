@@ -21,7 +21,7 @@ import json
 import pickle
 import signal
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional, Tuple, Union
+from typing import Any, BinaryIO, Callable, Dict, Optional, Tuple, Union
 
 from ._files import replacing
 from .geometry import BatchGeometry
@@ -43,7 +43,9 @@ class RequeueCheckpoint:
         if allow_pickle and dump is not None:
             raise TypeError("allow_pickle chooses pickle: give it without dump and load")
         self.path = Path(path)
-        if dump is not None:
+        self._dump: Callable[[Any, BinaryIO], None]
+        self._load: Callable[[BinaryIO], Any]
+        if dump is not None and load is not None:
             self._dump, self._load = dump, load
         elif allow_pickle:
             self._dump, self._load = pickle.dump, pickle.load
@@ -60,7 +62,7 @@ class RequeueCheckpoint:
 
         return cls(path, torch.save, lambda f: torch.load(f, weights_only=not allow_pickle))
 
-    def install(self, signals: tuple = (signal.SIGUSR1, signal.SIGTERM)) -> "RequeueCheckpoint":
+    def install(self, signals: Tuple[signal.Signals, ...] = (signal.SIGUSR1, signal.SIGTERM)) -> "RequeueCheckpoint":
         """Handle these signals (from the main thread, as Python requires)."""
         for signum in signals:
             signal.signal(signum, self._note)
@@ -111,9 +113,42 @@ def _load_json(f: BinaryIO) -> Any:
                          "with allow_pickle=True, which runs the code it holds") from None
 
 
+# A geometry and its activation checkpointing flag, as a restart-based adapter leaves them for the next run.
+SavedGeometry = Tuple[BatchGeometry, bool]
+
+
+def geometry_state(geometry: BatchGeometry, activation_checkpointing: bool) -> Dict[str, Any]:
+    """The geometry as plain values: what a framework's checkpoint and the geometry file hold."""
+    return {"micro": geometry.micro, "accum": geometry.accum, "activation_checkpointing": activation_checkpointing}
+
+
+def geometry_from_state(state: Any, where: str) -> SavedGeometry:
+    """`geometry_state`'s values back; a ValueError that starts with `where` for anything else: it is this
+    package's own, so something went wrong that should not be guessed over."""
+    try:
+        return BatchGeometry(int(state["micro"]), int(state["accum"])), bool(state["activation_checkpointing"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{where}: {type(error).__name__}: {error}") from None
+
+
+def restart_geometry(in_checkpoint: Optional[SavedGeometry],
+                     in_file: Optional[SavedGeometry]) -> Optional[SavedGeometry]:
+    """Where a restart-based run starts: the geometry its framework's checkpoint holds, or the geometry
+    file's where that is smaller (an OOM after the checkpoint, which could save none) or the checkpoint
+    holds none (one written before the geometry rode in checkpoints). The restart-based adapters only
+    shrink, so the smaller of the two is the later; one of another effective batch is not this run's."""
+    if in_checkpoint is None:
+        return in_file
+    if in_file is not None and in_file[0].effective == in_checkpoint[0].effective:
+        if (in_file[0].micro, not in_file[1]) < (in_checkpoint[0].micro, not in_checkpoint[1]):
+            return in_file
+    return in_checkpoint
+
+
 class GeometryFile:
-    """The geometry a run ended with, for frameworks that take a new micro-batch only at a restart
-    (Lightning, the Hugging Face Trainer, DeepSpeed): written next to their checkpoint, read at start."""
+    """The geometry a run ended with where its framework could save no checkpoint (an out-of-memory
+    error ended it), read at the next start with the checkpoint's (`restart_geometry`). Runs before
+    the geometry rode in the frameworks' checkpoints left every change here."""
 
     def __init__(self, path: Union[str, Path]) -> None:
         self.path = Path(path)
@@ -121,17 +156,15 @@ class GeometryFile:
     def save(self, geometry: BatchGeometry, activation_checkpointing: bool) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(self.path) as f:
-            f.write(json.dumps({"micro": geometry.micro, "accum": geometry.accum,
-                                "activation_checkpointing": activation_checkpointing}).encode() + b"\n")
+            f.write(json.dumps(geometry_state(geometry, activation_checkpointing)).encode() + b"\n")
 
-    def load(self) -> Optional[Tuple[BatchGeometry, bool]]:
+    def load(self) -> Optional[SavedGeometry]:
         """The saved geometry and checkpointing flag; None on a first run. A broken file is an error
         naming it: it is this package's own, so something went wrong that should not be guessed over."""
         try:
             document = json.loads(self.path.read_text())
-            return BatchGeometry(int(document["micro"]), int(document["accum"])), bool(
-                document["activation_checkpointing"])
         except FileNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError, RecursionError) as error:
+        except (ValueError, RecursionError) as error:
             raise ValueError(f"{self.path}: not a geometry file: {type(error).__name__}: {error}") from None
+        return geometry_from_state(document, f"{self.path}: not a geometry file")

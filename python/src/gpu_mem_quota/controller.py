@@ -7,15 +7,20 @@ is one log line and one `Decision`.
 
 It knows nothing of any framework: the adapters (`gpu_mem_quota.pytorch`, `.lightning`,
 `.transformers`, `.deepspeed`) feed it measurements and apply what it decides.
+
+Its lines go to the `gpu_mem_quota.controller` logger (decisions at INFO, what cannot go on at WARNING),
+or to a `log=` callable instead.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from ._log import LogCallable, emit
 from .geometry import BatchGeometry
 from .model import MemoryModel, MicroStepMemory
 from .node import Prediction, RestartHints, read_quota, read_restart_hints
@@ -36,7 +41,12 @@ def memory_budget(quota_bytes: Optional[int], device_bytes: Optional[int] = None
     return max(0, int(min(limits) * (1 - margin)) - context_reserve_bytes)
 
 
+logger = logging.getLogger(__name__)
+
+
 def log_to_stderr(line: str) -> None:
+    """A `log=` callable that prints each line to stderr, as the package did by default before it logged
+    through `logging`; kept for callers that pass it."""
     print(f"gpu-mem-quota: {line}", file=sys.stderr, flush=True)
 
 
@@ -63,7 +73,8 @@ class Decision:
         checkpointing = ", activation checkpointing" if self.activation_checkpointing else ""
         # Counted from this process's start (0: before its first step), not from the run's: a resumed run
         # starts again at 1; the checkpoint's own step count is the run's.
-        return f"step {self.step} of this process: {self.action} {self.before} -> {self.after}{checkpointing}: {self.reason}"
+        return (f"step {self.step} of this process: {self.action} {self.before} -> {self.after}{checkpointing}: "
+                f"{self.reason}")
 
 
 def starting_geometry(declared: BatchGeometry, hints: Optional[RestartHints] = None,
@@ -86,7 +97,8 @@ def starting_geometry(declared: BatchGeometry, hints: Optional[RestartHints] = N
 
 class BatchController:
     def __init__(self, declared: BatchGeometry, config: ControllerConfig, start: Optional[BatchGeometry] = None,
-                 activation_checkpointing: bool = False, log: Callable[[str], None] = log_to_stderr) -> None:
+                 activation_checkpointing: bool = False, log: Optional[LogCallable] = None) -> None:
+        """`log`: a callable that takes each line instead of the module's logger."""
         if start is not None and start.effective != declared.effective:
             raise ValueError(f"start {start} and declared {declared} have different effective batches")
         self.declared = declared
@@ -105,7 +117,7 @@ class BatchController:
     @classmethod
     def from_environment(cls, declared: BatchGeometry, resumed: Optional[BatchGeometry] = None,
                          device_bytes: Optional[int] = None, context_reserve_bytes: int = CONTEXT_RESERVE_BYTES,
-                         env: Mapping[str, str] = os.environ, log: Callable[[str], None] = log_to_stderr,
+                         env: Mapping[str, str] = os.environ, log: Optional[LogCallable] = None,
                          **overrides: Any) -> "BatchController":
         """A controller for this job: its budget from the quota (and the device, if smaller), its start from
         the hints and the checkpoint; `overrides` are ControllerConfig fields."""
@@ -113,17 +125,20 @@ class BatchController:
         hints = read_restart_hints(env)
         start, source = starting_geometry(declared, hints, resumed)
         checkpointing = bool(hints and hints.activation_checkpointing)
-        config = replace(ControllerConfig(memory_budget(quota.bytes if quota else None, device_bytes,
-                                                         context_reserve_bytes=context_reserve_bytes)), **overrides)
+        budget = memory_budget(quota.bytes if quota else None, device_bytes,
+                               context_reserve_bytes=context_reserve_bytes)
+        config = replace(ControllerConfig(budget), **overrides)
         controller = cls(declared, config, start, checkpointing, log)
         if config.budget_bytes == 0:
             limit = min(b for b in (quota.bytes if quota else None, device_bytes) if b is not None)
-            log(f"warning: a budget of 0 bytes: {format_bytes(limit)} less {SAFETY_MARGIN:.0%} is under the "
-                f"{format_bytes(context_reserve_bytes)} context reserve; every step will shrink to micro-batch 1 "
-                f"(ask for a larger --gpu-mem, or pass a smaller context_reserve_bytes)")
+            emit(logger, log, logging.WARNING,
+                 f"warning: a budget of 0 bytes: {format_bytes(limit)} less {SAFETY_MARGIN:.0%} is under the "
+                 f"{format_bytes(context_reserve_bytes)} context reserve; every step will shrink to micro-batch 1 "
+                 f"(ask for a larger --gpu-mem, or pass a smaller context_reserve_bytes)")
         why = f"from {source}"
         if hints is not None:
-            why += f" (restart {hints.restarts} after {hints.last_event}, last peak {format_bytes(hints.last_peak_bytes)})"
+            why += (f" (restart {hints.restarts} after {hints.last_event}, "
+                    f"last peak {format_bytes(hints.last_peak_bytes)})")
         controller._decide("start", declared, why)
         return controller
 
@@ -158,11 +173,12 @@ class BatchController:
             self._calm_steps = 0
             fitting = self._largest_fitting(seq_len, capacity, below=self.geometry.micro)
             if fitting is not None:
-                self._shrink("shrink", fitting,
-                             f"predicted {format_bytes(predicted)} at seq {seq_len} > capacity {format_bytes(capacity)}")
+                self._shrink("shrink", fitting, f"predicted {format_bytes(predicted)} at seq {seq_len} "
+                                                f"> capacity {format_bytes(capacity)}")
             elif self.geometry.micro > 1:
                 self._shrink("shrink", self.geometry.with_micro(1),
-                             f"predicted {format_bytes(predicted)} at seq {seq_len}; no micro-batch fits {format_bytes(capacity)}")
+                             f"predicted {format_bytes(predicted)} at seq {seq_len}; "
+                             f"no micro-batch fits {format_bytes(capacity)}")
             self._checkpoint_if_needed(seq_len, capacity)
         else:
             self._maybe_grow(seq_len, capacity)
@@ -189,7 +205,8 @@ class BatchController:
             self.activation_checkpointing = True
             self._decide("checkpointing-on", failed, f"out of memory at micro-batch 1, seq {seq_len}")
             return self.geometry
-        self._log(f"step {self.step} of this process: out of memory at micro-batch 1, seq {seq_len}, with nothing left to shrink")
+        emit(logger, self._log, logging.WARNING, f"step {self.step} of this process: out of memory at "
+                                                 f"micro-batch 1, seq {seq_len}, with nothing left to shrink")
         return None
 
     def on_watchdog_warning(self, prediction: Prediction) -> BatchGeometry:
@@ -262,8 +279,8 @@ class BatchController:
         if self._calm_steps < self.config.grow_after_steps:
             return
         self._calm_steps = 0
-        why = (f"{self.config.grow_after_steps} steps with headroom: predicted {format_bytes(predicted)} at seq {seq_len}"
-               f" <= {self.config.grow_below:.0%} of {format_bytes(capacity)}")
+        why = (f"{self.config.grow_after_steps} steps with headroom: predicted {format_bytes(predicted)} "
+               f"at seq {seq_len} <= {self.config.grow_below:.0%} of {format_bytes(capacity)}")
         before = self.geometry
         if self.activation_checkpointing:
             self.activation_checkpointing = False
@@ -283,7 +300,7 @@ class BatchController:
     def _decide(self, action: str, before: BatchGeometry, reason: str) -> None:
         decision = Decision(self.step, action, before, self.geometry, self.activation_checkpointing, reason)
         self.decisions.append(decision)
-        self._log(decision.line())
+        emit(logger, self._log, logging.INFO, decision.line())
 
 
 def format_bytes(nbytes: int) -> str:

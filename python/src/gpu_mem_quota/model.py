@@ -12,9 +12,9 @@ the last measured step (S0, B0, M0) the linear part is the issue's form M = M0 +
 Which terms: the line (c = 0) unless the measurements support the curve. With fewer than
 `MIN_LENGTHS_FOR_CURVE` sequence lengths seen, a curve through them would fit anything; from there on,
 each candidate predicts every seen length from the others (leave one length out) and the one that
-predicts clearly better (half the squared error) is used, so a curve is taken only where it explains memory the line cannot, not to
-chase noise. A curve that bends down (c < 0) is never used: it would promise less memory at longer
-sequences than the measurements show.
+predicts clearly better (half the squared error) is used, so a curve is taken only where it explains
+memory the line cannot, not to chase noise. A curve that bends down (c < 0) is never used: it would
+promise less memory at longer sequences than the measurements show.
 
 With one sequence length seen, a and b cannot be told apart; the fit then takes all per-sample memory
 as proportional to S (a = 0), which over-predicts growth in S: it errs towards shrinking early.
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Deque, List, Optional, Sequence, Tuple
+from typing import Callable, Deque, List, Optional, Sequence, Tuple
 
 
 # The curve is considered from this many distinct sequence lengths on: leaving one out must leave it
@@ -112,6 +112,8 @@ class MemoryModel:
 
 
 Points = Sequence[Tuple[int, float]]
+# A fit's a, b and c of y = a + b*S + c*S²; None where the points cannot make one.
+Fit = Callable[[Points], Optional[Tuple[float, float, float]]]
 
 
 def _line(points: Points) -> Tuple[float, float]:
@@ -150,7 +152,7 @@ def _curve(points: Points) -> Optional[Tuple[float, float, float]]:
     return a, b / scale, c / (scale * scale)
 
 
-def _held_out_error(points: Points, lengths: Sequence[int], fit) -> Optional[float]:
+def _held_out_error(points: Points, lengths: Sequence[int], fit: Fit) -> Optional[float]:
     """Mean squared error of predicting each seen length's samples from a fit to the other lengths."""
     total, count = 0.0, 0
     for held in lengths:

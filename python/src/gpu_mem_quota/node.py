@@ -8,12 +8,16 @@ are still checked strictly, and an error names the variable or the file and the 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, List, Mapping, Optional, Tuple, Union
 
+from ._log import LogCallable, emit
 from .geometry import BatchGeometry
+
+logger = logging.getLogger(__name__)
 
 LAST_EVENTS = ("over-quota", "preempted", "near-oom")
 GPU_STATES = ("ok", "warn", "over-quota")
@@ -188,11 +192,11 @@ class StatusWatcher:
     A warning is the file's prediction; or, for a GPU already over its quota (enforcement under way,
     and no prediction is written for it), one made here: crossing now, scale quota / used, which
     assumes every byte scales with the batch and so shrinks too little rather than too much.
-    A missing file is normal (no watchdog yet, or none at all); a malformed one is reported once
-    through `log` and then ignored, so that a loop never stops over advice.
+    A missing file is normal (no watchdog yet, or none at all); a malformed one is a warning, once (on
+    this module's logger, or to `log`), and then ignored, so that a loop never stops over advice.
     """
 
-    def __init__(self, path: Optional[Union[str, Path]], log: Callable[[str], None]) -> None:
+    def __init__(self, path: Optional[Union[str, Path]], log: Optional[LogCallable] = None) -> None:
         self.path = None if path is None else Path(path)
         self._log = log
         self._last_seen: Optional[str] = None
@@ -221,12 +225,11 @@ class StatusWatcher:
                               suggested_batch_scale=max(0.01, min(0.99, worst.quota_bytes / worst.used_bytes)))
         return status.prediction
 
-
     def _report(self, error: str) -> None:
         """Once per distinct error: a loop polling a broken file every step would drown its log."""
         if error != self._last_error:
             self._last_error = error
-            self._log(f"ignoring the status file: {error}")
+            emit(logger, self._log, logging.WARNING, f"ignoring the status file: {error}")
 
 
 class _FieldReader:
@@ -294,4 +297,3 @@ def _positive_int(name: str, text: str) -> int:
     if value == 0:
         raise NodeInfoError(f"{name}={text!r}: must be at least 1")
     return value
-

@@ -7,8 +7,9 @@ the micro-batch, so a run that restarts at another micro-batch goes on with the 
 
 Each epoch's order is a permutation drawn from `seed` and the epoch (or the dataset's order, seed None),
 cut into effective batches and each of those into micro-batches; a resumed loader starts at the step
-after `steps_done`, in its epoch (`set_epoch` chooses the epoch, as with DistributedSampler). An ordinary DataLoader cannot do this: its position is counted in micro-batches of
-the size it was built with, and a shuffling one draws a new order at every start.
+after `steps_done`, in its epoch (`set_epoch` chooses the epoch, as with DistributedSampler). An
+ordinary DataLoader cannot do this: its position is counted in micro-batches of the size it was built
+with, and a shuffling one draws a new order at every start.
 """
 
 from __future__ import annotations

@@ -9,16 +9,20 @@ Prometheus textfile) mistakes it for a measurement; the job can write anything h
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 from ._files import replacing
-from .controller import BatchController, log_to_stderr
+from ._log import LogCallable, emit
+from .controller import BatchController
 
 TELEMETRY_VERSION = 1
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,17 +52,19 @@ def telemetry_path(env: Mapping[str, str] = os.environ) -> Path:
 class TelemetryWriter:
     """`path` (a str or a Path) or `telemetry_path(env)`. A path whose directory does not exist is an error
     here, at the start, naming where it came from; a write that fails later (a full disk, a directory
-    removed mid-run) is reported once through `log` and the run goes on: telemetry is for people."""
+    removed mid-run) is a warning, once (on this module's logger, or to `log`), and the run goes on:
+    telemetry is for people."""
 
     def __init__(self, path: Optional[Union[str, Path]] = None, env: Mapping[str, str] = os.environ,
-                 log: Callable[[str], None] = log_to_stderr) -> None:
+                 log: Optional[LogCallable] = None) -> None:
         if path is not None:
             origin = "TelemetryWriter(path)"
             if not isinstance(path, (str, os.PathLike)) or not str(path):
                 raise TypeError(f"{origin}: {path!r} is not a file path (a str or a pathlib.Path)")
             self.path = Path(path)
         else:
-            origin = "GPU_MEM_QUOTA_TELEMETRY_FILE" if env.get("GPU_MEM_QUOTA_TELEMETRY_FILE") else "the working directory"
+            explicit = env.get("GPU_MEM_QUOTA_TELEMETRY_FILE")
+            origin = "GPU_MEM_QUOTA_TELEMETRY_FILE" if explicit else "the working directory"
             self.path = telemetry_path(env)
         directory = self.path.parent
         if not directory.is_dir():
@@ -84,10 +90,10 @@ class TelemetryWriter:
             message = f"cannot write the telemetry file {self.path}: {error.strerror or error}"
             if message != self._last_error:
                 self._last_error = message
-                self._log(f"{message}; carrying on without it")
+                emit(logger, self._log, logging.WARNING, f"{message}; carrying on without it")
 
 
-def _controller_state(controller: BatchController) -> dict:
+def _controller_state(controller: BatchController) -> Dict[str, Any]:
     last = controller.decisions[-1] if controller.decisions else None
     return {
         "micro_batch": controller.geometry.micro,
