@@ -4,6 +4,7 @@ Its nodes from `etc/nodes`, its Slurm tools run in the controller's network name
 root, for a Slurm in one), as slurm/lab-nodes and the end-to-end tests run them.
 """
 
+import hashlib
 import os
 import re
 import subprocess
@@ -22,30 +23,41 @@ def die(text):
     sys.exit(1)
 
 
+def _read(lab, name):
+    """A file of the lab's etc/, stripped; "" where there is none."""
+    try:
+        with open(os.path.join(lab, "etc", name)) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def tool_prefix(lab, uts=False):
+    """What runs a command where the lab's slurmctld is: nothing for a one-node lab; for a multi-node
+    lab its controller's network namespace (and UTS namespace, with its host name, where `uts`), as
+    slurm/lab-nodes sets them up, and the lab's root for a Slurm in one."""
+    netns = _read(lab, "login-netns")
+    if not netns:
+        return []
+    prefix = ["/usr/bin/nsenter", f"--net={netns}"]
+    if uts:
+        # slurm/lab-nodes' nodes_nsdir: /run/gmq-lab- and the first 4 hex digits of the lab path's md5.
+        prefix.append(f"--uts=/run/gmq-lab-{hashlib.md5(lab.encode()).hexdigest()[:4]}/ctl.uts")
+    prefix.append("--")
+    root = _read(lab, "slurm-root")
+    return prefix + (["/usr/sbin/chroot", root] if root else [])
+
+
 class Lab:
     """The running multi-node lab: its nodes, and its Slurm tools run where slurmctld is reachable."""
 
     def __init__(self, path):
         self.path = path
-        try:
-            with open(os.path.join(path, "etc/nodes")) as f:
-                self.nodes = [line.split()[0] for line in f if line.strip()]
-            with open(os.path.join(path, "etc/login-netns")) as f:
-                netns = f.read().strip()
-        except OSError:
+        self.nodes = [line.split()[0] for line in _read(path, "nodes").splitlines() if line.strip()]
+        self.prefix = tool_prefix(path)
+        if not self.nodes or not self.prefix:
             die(f"no multi-node lab at {path} (NODES=16 GPUS=8 slurm/dev-cluster start)")
-        self.prefix = ["/usr/bin/nsenter", f"--net={netns}", "--"]
-        root = self._read("etc/slurm-root")
-        if root:
-            self.prefix += ["/usr/sbin/chroot", root]
         self.env = dict(os.environ, SLURM_CONF=os.path.join(path, "etc/slurm.conf"))
-
-    def _read(self, name):
-        try:
-            with open(os.path.join(self.path, name)) as f:
-                return f.read().strip()
-        except OSError:
-            return ""
 
     def tool(self, *args, check=True):
         out = subprocess.run(self.prefix + list(args), env=self.env, capture_output=True, text=True,
