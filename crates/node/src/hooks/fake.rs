@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use super::{LogLevel, PluginOption, SpankHandle};
 use gmq_core::step::BATCH_STEP;
@@ -10,6 +11,32 @@ use gmq_core::step::BATCH_STEP;
 /// The fake's job id: one Slurm never gives (its ids stay below 2^26), so that what the hooks
 /// look for on this machine (the epilog's sweep of the job's cgroups) is never a real job's.
 pub(crate) const JOB: u32 = 4_000_000_012;
+
+/// A scratch directory standing for the node: a policy capped at 30G whose runtime directory is
+/// below it. Removed when dropped.
+pub(crate) struct ScratchNode {
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl ScratchNode {
+    pub(crate) fn new() -> ScratchNode {
+        let dir = tempfile::Builder::new().prefix("gmq-hooks-").tempdir().unwrap();
+        let policy = format!(
+            "[defaults]\nmax = \"30G\"\n[enforcement]\nruntime_dir = \"{}\"\n",
+            dir.path().join("run").display()
+        );
+        std::fs::write(dir.path().join("policy.toml"), policy).unwrap();
+        ScratchNode { dir }
+    }
+
+    pub(crate) fn policy(&self) -> PathBuf {
+        self.dir.path().join("policy.toml")
+    }
+
+    pub(crate) fn runtime_dir(&self) -> PathBuf {
+        self.dir.path().join("run")
+    }
+}
 
 pub(crate) struct FakeSpank {
     pub(crate) args: Vec<String>,

@@ -80,17 +80,12 @@ fn record_at_job_end(spank: &impl SpankHandle, job: u32, runtime_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::fake::FakeSpank;
+    use crate::hooks::fake::{FakeSpank, ScratchNode};
 
     #[test]
     fn only_the_batch_step_with_a_record_asks_slurmctld() {
-        let scratch = tempfile::Builder::new().prefix("gmq-hooks-").tempdir().unwrap();
-        let policy = scratch.path().join("policy.toml");
-        let text = format!(
-            "[enforcement]\nruntime_dir = \"{}\"\n",
-            scratch.path().join("run").display()
-        );
-        std::fs::write(&policy, text).unwrap();
+        let node = ScratchNode::new();
+        let policy = node.policy();
         // An srun step's end, and the batch step's of a job whose watchdog kept no record: nothing
         // to write, nothing asked, nothing said.
         for step_id in [0, BATCH_STEP] {

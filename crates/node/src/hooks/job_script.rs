@@ -259,31 +259,11 @@ fn stop_watchdog(log: &Say<impl SpankHandle>, job_id: u32, policy: &config::Conf
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::fake::{FakeSpank, JOB};
+    use crate::hooks::fake::{FakeSpank, ScratchNode as Node, JOB};
     use crate::hooks::LogLevel;
     use gmq_core::node_files;
 
-    /// A scratch directory holding a policy (capped at 30G, whose runtime directory is below it).
-    struct Node {
-        scratch: tempfile::TempDir,
-    }
-
     impl Node {
-        fn new() -> Node {
-            let scratch = tempfile::Builder::new().prefix("gmq-hooks-").tempdir().unwrap();
-            let policy = format!(
-                "[defaults]\nmax = \"30G\"\n[enforcement]\nruntime_dir = \"{}\"\n",
-                scratch.path().join("run").display()
-            );
-            std::fs::write(scratch.path().join("policy.toml"), policy).unwrap();
-            Node { scratch }
-        }
-        fn policy(&self) -> std::path::PathBuf {
-            self.scratch.path().join("policy.toml")
-        }
-        fn runtime_dir(&self) -> std::path::PathBuf {
-            self.scratch.path().join("run")
-        }
         /// The job's prolog, with GPU 0 here.
         fn job(&self) -> FakeSpank {
             FakeSpank::new(&self.policy()).with_own_env("SLURM_JOB_GPUS", "0")
@@ -325,7 +305,7 @@ mod tests {
     #[test]
     fn an_unusable_policy_starts_nothing_and_says_why() {
         let node = Node::new();
-        let spank = FakeSpank::new(&node.scratch.path().join("missing.toml"))
+        let spank = FakeSpank::new(&node.dir.path().join("missing.toml"))
             .with_own_env("SLURM_JOB_GPUS", "0")
             .with_option(&QUOTA, "20G");
         assert_eq!(prolog(&spank), Ok(()));

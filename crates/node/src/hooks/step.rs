@@ -366,24 +366,14 @@ fn job_label(spank: &impl SpankHandle) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hooks::fake::{FakeSpank, JOB};
+    use crate::hooks::fake::{FakeSpank, ScratchNode, JOB};
     use crate::hooks::LogLevel;
 
-    /// A policy capped at 30G whose runtime directory is in `scratch`, and the batch step of a job
-    /// with GPU 0 on this node.
-    fn batch_step(scratch: &Path, request: &str) -> FakeSpank {
-        let policy = format!(
-            "[defaults]\nmax = \"30G\"\n[enforcement]\nruntime_dir = \"{}\"\n",
-            scratch.join("run").display()
-        );
-        std::fs::write(scratch.join("policy.toml"), policy).unwrap();
-        FakeSpank::new(&scratch.join("policy.toml"))
+    /// The batch step of a job with GPU 0 on the scratch node.
+    fn batch_step(node: &ScratchNode, request: &str) -> FakeSpank {
+        FakeSpank::new(&node.policy())
             .with_option(&QUOTA, request)
             .with_env("SLURM_JOB_GPUS", "0")
-    }
-
-    fn scratch() -> tempfile::TempDir {
-        tempfile::Builder::new().prefix("gmq-hooks-").tempdir().unwrap()
     }
 
     /// The step's hooks in the order slurmstepd runs them: user_init, then one task's child.
@@ -396,8 +386,8 @@ mod tests {
 
     #[test]
     fn a_request_over_the_cap_refuses_the_steps_tasks() {
-        let scratch = scratch();
-        let spank = batch_step(scratch.path(), "35G");
+        let node = ScratchNode::new();
+        let spank = batch_step(&node, "35G");
         let refusal = "--gpu-mem-quota=35G exceeds the 30G cap for this cluster (defaults.max)";
         assert_eq!(
             run(&spank),
@@ -413,8 +403,8 @@ mod tests {
     #[test]
     fn a_task_without_the_prologs_word_never_runs_unwatched() {
         // K1: the request is accepted, but no prolog said the job is watched here.
-        let scratch = scratch();
-        let spank = batch_step(scratch.path(), "20G");
+        let node = ScratchNode::new();
+        let spank = batch_step(&node, "20G");
         let refused = run(&spank).unwrap_err();
         assert!(
             refused.starts_with(&format!(
@@ -429,7 +419,7 @@ mod tests {
             "{errors:?}"
         );
         // Where the prolog refused, the task says the prolog's reason.
-        let runtime_dir = scratch.path().join("run");
+        let runtime_dir = node.runtime_dir();
         let refusal = PrologWord::Refused("over the cap for QOS 'debug'".into());
         runtime::write_prolog_word(&runtime_dir, JOB, &refusal).unwrap();
         assert_eq!(
@@ -450,10 +440,10 @@ mod tests {
 
     #[test]
     fn a_cpu_only_step_is_left_exactly_as_it_was() {
-        let scratch = scratch();
+        let node = ScratchNode::new();
         let spank = FakeSpank {
             step_id: 0,
-            ..batch_step(scratch.path(), "20G")
+            ..batch_step(&node, "20G")
         }
         .with_env("SLURM_JOB_GPUS", "")
         .with_env("GPU_MEM_QUOTA", "999G");
