@@ -355,6 +355,77 @@ fn over_the_quota_on_the_second_node_requeues_the_job_once() {
     }
 }
 
+/// A run whose tasks end a second after their nodes' first writes, the second node's entry
+/// replaced by a merge of the first node's that read the text before it (as a slower write
+/// would): the second node's step end puts it back before the job completes, well before its
+/// watchdog looks again (docs/ACCOUNTING.md, "Who writes, and when"). CI once lost that entry.
+#[test]
+#[ignore = "needs the multi-node dev cluster: NODES=3 slurm/dev-cluster test"]
+fn an_entry_another_nodes_write_replaced_is_back_when_the_step_ends() {
+    if lab_nodes(2).is_none() {
+        return;
+    }
+    let _policy = install_policy(&policy(""));
+    let dir = user_dir("nodes-settle");
+    let go = dir.join("go");
+    let task = task_script(
+        &dir,
+        &format!(
+            "{CLAIM}; claim 8G; echo task node=$SLURMD_NODENAME; \
+             for i in $(seq 600); do [ -e {} ] && exit 0; sleep 0.1; done; echo task no-word",
+            go.display()
+        ),
+    );
+    let job = sbatch_two_nodes(&dir, "20G", &task);
+    let _cancel = Cancel(vec![job]);
+    let mut comment = String::new();
+    let mut hosts: Vec<String> = Vec::new();
+    let both_written = wait_until(Duration::from_secs(60), || {
+        hosts = admin("scontrol", &["show", "hostnames", &job_field(job, "NodeList")])
+            .lines()
+            .map(|h| h.trim().to_string())
+            .collect();
+        comment = job_field(job, "AdminComment");
+        hosts.len() == 2 && hosts.iter().all(|h| comment.contains(&format!("{h}/0:")))
+    });
+    assert!(both_written, "job {job}: {comment}");
+    let (first, second) = (&hosts[0], &hosts[1]);
+    let first_entry = comment
+        .split(['{', ';', '}'])
+        .find(|e| e.starts_with(&format!("{first}/0:")))
+        .unwrap_or_default();
+    admin(
+        "scontrol",
+        &[
+            "update",
+            &format!("JobId={job}"),
+            &format!("AdminComment=gpu-mem-quota:v1{{{first_entry}}}"),
+        ],
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(completes(job), "job {job}: {}", output_of(&dir, job));
+    let output = output_of(&dir, job);
+    assert!(!output.contains("no-word"), "{output}");
+    let entry_of = |comment: &str, node: &str| {
+        comment
+            .split(['{', ';', '}'])
+            .find(|e| e.starts_with(&format!("{node}/0:")))
+            .map(str::to_string)
+    };
+    let settled = wait_until(Duration::from_secs(30), || {
+        comment = sacct_comment(job);
+        entry_of(&comment, first).is_some() && entry_of(&comment, second).is_some_and(|e| e.contains("=8G"))
+    });
+    assert!(settled, "job {job}: {comment}");
+    let log = std::fs::read_to_string(lab().join(format!("log/slurmd-{second}.log"))).unwrap_or_default();
+    assert!(
+        log.contains(&format!(
+            "job {job}: this node's record entry, which another node's write had replaced, is back"
+        )),
+        "slurmd-{second}.log: no line of the step's end putting job {job}'s entry back"
+    );
+}
+
 /// The node's event counters file (`gpu_mem_quota_node_events.prom` in its textfile directory).
 fn node_events_text(node: &Node) -> String {
     std::fs::read_to_string(node.metrics_dir().join("gpu_mem_quota_node_events.prom")).unwrap_or_default()

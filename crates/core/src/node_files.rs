@@ -12,6 +12,9 @@ pub const INVENTORY_FILE: &str = "gpus";
 /// plugin writes into the job's AdminComment when the batch script ends, while slurmctld still
 /// accepts updates.
 pub const RECORD_FILE: &str = "record";
+/// The same entry while it may be missing from a multi-node job's AdminComment
+/// (`Watchdog::settling_text`): the plugin puts it back there when a step's task ends here.
+pub const SETTLING_RECORD_FILE: &str = "record-settling";
 pub const FACTS_FILE: &str = "facts";
 /// The job prolog's word on the job here ([`PrologWord`]), written before any step of the run:
 /// every task of the job reads it before it starts, and its presence tells a step that the job has

@@ -24,6 +24,9 @@
 //!     record                          root 0600, the watchdog's record entry so far (AdminComment
 //!                                     format) while the AdminComment lacks it as it is now, read
 //!                                     by the plugin (root) when the batch script ends
+//!     record-settling                 root 0600, the same entry while a multi-node job's
+//!                                     AdminComment may have lost it to another node's merge, read
+//!                                     by the plugin (root) when a task of a step ends here
 //! <runtime_dir>/registry/             root 0700, the preemption registry (crate::preempt_registry)
 //! <runtime_dir>/gpus                  root 0644, the node's GPUs, "<index> <uuid> <total bytes>" per
 //!                                     line, written by every watchdog that loads NVML, read by the

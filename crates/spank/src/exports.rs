@@ -140,6 +140,20 @@ pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
     })
 }
 
+/// slurmstepd, as root, as each task's exit is collected and before srun hears of it: a
+/// multi-node job's record entry that another node's merge replaced goes back. Never fails: the
+/// task has ended, and its exit status is the job's.
+#[no_mangle]
+pub extern "C" fn slurm_spank_task_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    let _ = run("task_exit", HookPhase::Exit, sp, ac, av, |spank| {
+        match spank.context() {
+            Context::Remote => job_end::task_exit(spank),
+            _ => Ok(()),
+        }
+    });
+    0
+}
+
 /// slurmstepd's task child, as root, before task_init: whether the job's watchdog runs here.
 #[no_mangle]
 pub extern "C" fn slurm_spank_task_init_privileged(

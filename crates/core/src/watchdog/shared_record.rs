@@ -265,6 +265,25 @@ impl Watchdog {
         ));
     }
 
+    /// [`Watchdog::record_text`] while this node's entry may be missing from the shared
+    /// AdminComment and the watchdog may not look again in time: it is due and not yet written,
+    /// or written and another node's merge may still have replaced it ([`RECORD_SETTLE`]'s looks
+    /// are pending). A run that ends seconds after its nodes' first writes ends before the looks,
+    /// and then slurmctld takes no more updates: the plugin puts the entry back when a step's task
+    /// ends here, before srun (and so the batch script) learns of the end. `None` otherwise, and
+    /// then a step's end asks slurmctld nothing: after an action (recorded first), with writes
+    /// that keep failing (the watchdog's backoff governs those), or for a job of one node (the
+    /// batch script's end writes its record).
+    pub fn settling_text(&self) -> Option<String> {
+        let used = self.entry.as_ref().is_some_and(|e| e.peak() > 0);
+        let settling = self.record_shared
+            && self.acted.is_none()
+            && used
+            && self.record_failures == 0
+            && (self.record_written.is_none() || self.record_confirm_at.is_some());
+        settling.then(|| self.record_text()).flatten()
+    }
+
     /// When the entry was last put there, and with which peak.
     fn last_record_write(&self) -> Option<(Instant, u64)> {
         self.record_written

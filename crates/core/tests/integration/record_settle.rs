@@ -522,3 +522,59 @@ fn a_record_that_cannot_list_every_folded_node_still_costs_a_bounded_number_of_w
         );
     }
 }
+
+#[test]
+fn an_entry_is_settling_while_another_nodes_merge_may_have_replaced_it() {
+    // What the plugin puts back when a step's task ends (`record-settling`): a run that ends
+    // seconds after its nodes' first writes, before the watchdog looks again, keeps each entry.
+    for nodes in [1, 2] {
+        let ctld = Rc::new(RefCell::new(Ctld::default()));
+        let mut slurm = NodeSlurm {
+            ctld: ctld.clone(),
+            nodes,
+        };
+        let settings = Enforcement {
+            interval: Duration::from_secs(1),
+            ..Enforcement::default()
+        };
+        let mut watchdog = Watchdog::new(7, "gpu001", Some(ByteSize::from_bytes(40 * G)), settings);
+        watchdog.set_run(0);
+        watchdog.set_node_count(nodes);
+        let mut gpus = NodeGpus {
+            node: 1,
+            gpus: 1,
+            bytes: 0,
+        };
+        let mut lines = Lines::default();
+        let t0 = Instant::now();
+        let mut second = |watchdog: &mut Watchdog, gpus: &mut NodeGpus, s: u64| {
+            let now = t0 + Duration::from_secs(s);
+            watchdog.tick(now, gpus, &mut EveryPid, &mut slurm, &mut lines);
+            watchdog.keep_record_current(now, &mut slurm, &mut lines);
+        };
+        second(&mut watchdog, &mut gpus, 0);
+        assert_eq!(watchdog.settling_text(), None, "no GPU memory used yet");
+        gpus.bytes = 8 * G;
+        second(&mut watchdog, &mut gpus, 1);
+        assert_eq!(ctld.borrow().writes, 1);
+        let settling = watchdog.settling_text();
+        if nodes == 1 {
+            // The batch script's end writes a one-node job's record; nobody else writes it.
+            assert_eq!(settling, None);
+            continue;
+        }
+        let text = settling.expect("written, not looked for again yet");
+        let entry = record::parse(&text).unwrap().unwrap().entries()[0].clone();
+        assert!(record::is_recorded(&ctld.borrow().admin_comment, &entry));
+        // Past the looks 3 s and 15 s after the write (and the node's stagger): settled.
+        for s in 2..20 {
+            second(&mut watchdog, &mut gpus, s);
+        }
+        assert_eq!(watchdog.settling_text(), None);
+        assert_eq!(
+            ctld.borrow().writes,
+            1,
+            "nothing replaced it: nothing written again"
+        );
+    }
+}

@@ -8,7 +8,8 @@
 //!   cgroups);
 //! - `step`: slurmstepd, once per step (`user_init`) and in each task's child
 //!   (`task_init_privileged`, `task_init`);
-//! - `job_end`: the batch step's end (`exit`): the run's final record.
+//! - `job_end`: the batch step's end (`exit`): the run's final record; an srun step's tasks'
+//!   end (`task_exit`): a multi-node job's entry another node's merge replaced.
 
 // These run inside slurmd and slurmstepd: the plugin's guard catches a panic, but no code here may
 // unwrap, expect or panic on its own (the tests may).
@@ -90,7 +91,7 @@ pub enum HookPhase {
     Step,
     /// A task of a step about to start (`task_init_privileged`, `task_init`).
     Task,
-    /// The end of a step (`exit`): the batch step's final record.
+    /// The end of a step's tasks (`task_exit`) and of the step (`exit`): the record's writes.
     Exit,
 }
 

@@ -439,7 +439,7 @@ impl Daemon {
             return;
         };
         let mut last_check = Instant::now();
-        let mut last_record: Option<String> = None;
+        let mut kept = KeptRecord::default();
         let mut jitter = Jitter::from_seed(jitter_seed());
         while !stop_requested() {
             // First: the job's tasks wait for it (`Daemon::pause` returns once its cgroup is there).
@@ -478,7 +478,7 @@ impl Daemon {
                     watchdog.mark_preempted();
                 }
             }
-            self.record(&mut last_record);
+            self.record(&mut kept);
             if let Some((signal, pids)) = self.watchdog.take_signal() {
                 let job = (self.params.job_id, self.params.uid);
                 signal_job(
@@ -781,33 +781,36 @@ impl Daemon {
     }
 
     /// Keeps the record (in the AdminComment, and in the job's runtime directory for the plugin's
-    /// final write) and the metrics current.
-    fn record(&mut self, last_record: &mut Option<String>) {
+    /// writes at a step's or the batch script's end) and the metrics current.
+    fn record(&mut self, kept: &mut KeptRecord) {
         let watchdog = &mut self.watchdog;
         watchdog.keep_record_current(Instant::now(), &mut self.control, &mut self.reporter);
         let metrics = job_metrics(watchdog, &self.user, self.params.sluid);
         self.metrics.write(&metrics, &mut self.reporter);
-        // The record file holds the entry while the AdminComment lacks it as it is now: the
-        // plugin writes it there when the batch script ends, and asks slurmctld nothing when the
-        // file is not there.
+        // Each file holds the entry only while the plugin has something to do with it, which then
+        // asks slurmctld nothing when the file is not there: `record` while the AdminComment lacks
+        // the entry as it is now, `record-settling` while another node may have replaced it.
         let unrecorded = watchdog.unrecorded_text();
-        if unrecorded == *last_record {
-            return;
+        let settling = watchdog.settling_text();
+        for (name, text, last) in [
+            (node_files::RECORD_FILE, unrecorded, &mut kept.unrecorded),
+            (node_files::SETTLING_RECORD_FILE, settling, &mut kept.settling),
+        ] {
+            if text == *last {
+                continue;
+            }
+            let written = match &text {
+                Some(text) => {
+                    textfile::write_atomically_as(&self.dir, name, text, textfile::Access::ROOT_ONLY)
+                }
+                None => textfile::remove(&self.dir, name),
+            };
+            if let Err(e) = written {
+                self.reporter
+                    .error(&format!("cannot keep the record in {}: {e}", self.dir.display()));
+            }
+            *last = text;
         }
-        let kept = match &unrecorded {
-            Some(text) => textfile::write_atomically_as(
-                &self.dir,
-                node_files::RECORD_FILE,
-                text,
-                textfile::Access::ROOT_ONLY,
-            ),
-            None => textfile::remove(&self.dir, node_files::RECORD_FILE),
-        };
-        if let Err(e) = kept {
-            self.reporter
-                .error(&format!("cannot keep the record in {}: {e}", self.dir.display()));
-        }
-        *last_record = unrecorded;
     }
 
     /// Logs the peaks, deals with what the job left on its GPUs outside its cgroups
@@ -853,6 +856,13 @@ impl Daemon {
             clear_hard_limit(self.hard_limit.take(), gpus, &mut self.reporter);
         }
     }
+}
+
+/// What the job's runtime directory holds of the record, as last written there.
+#[derive(Default)]
+struct KeptRecord {
+    unrecorded: Option<String>,
+    settling: Option<String>,
 }
 
 /// The job's metrics, with the SLUID slurmd gave the watchdog (26.05), so that a site joins them
