@@ -220,3 +220,69 @@ fn k5_cpu_only_steps_cost_slurmctld_nothing() {
         eleven.saturating_sub(one)
     );
 }
+
+/// K1 on Slurm before 23.02 (SchedMD bug 15656, fixed in 23.02.0 by "Remove backoff from cred
+/// removal logic"): slurmd purges a requeued job's earlier credential state at most every 2 s, so
+/// a relaunch within 2 s of another purge is taken for a step of the old run: `reissued job
+/// credential`, and no job prolog. Such a run has no watchdog; its tasks are refused (K1), and the
+/// job is requeued rather than failed, so that its next run has its prolog. Made to happen: the
+/// first run takes 10 s to end after its SIGTERM, so slurmd's earlier state for the job has not
+/// expired yet when the next run comes (the lab's `cred_expire=5`, and slurmctld's requeue delay
+/// of 6 s), and a neighbour's srun steps every 0.2 s on the same node keep slurmd purging. On
+/// later Slurm the prolog runs, and the run goes as any restart.
+#[test]
+#[ignore = "needs the dev cluster: slurm/dev-cluster test"]
+fn a_requeued_run_whose_prolog_slurm_skipped_is_requeued_again_not_failed() {
+    let _policy = install_policy(OPEN_POLICY);
+    let dir = user_dir("missed-prolog");
+    let busy = sbatch(
+        &dir,
+        &["--job-name=busy", "-n2"],
+        "for i in $(seq 3000); do srun -n1 --quiet true & srun -n1 --quiet true; wait; done",
+    );
+    let _cancel_busy = Cancel(busy);
+    let job = sbatch(
+        &dir,
+        &[
+            "--gres=gpu:1",
+            "--gpu-mem-quota=4G",
+            "--requeue",
+            "--open-mode=append",
+        ],
+        "echo run=${SLURM_RESTART_COUNT:-0}; \
+         if [ ${SLURM_RESTART_COUNT:-0} = 0 ]; then trap 'sleep 5; exit 0' TERM; sleep 600 & wait; fi; \
+         echo done",
+    );
+    let _cancel = Cancel(job);
+    let running = wait_until(Duration::from_secs(60), || {
+        job_field(job, "JobState") == "RUNNING" && job_field(busy, "JobState") == "RUNNING"
+    });
+    assert!(
+        running,
+        "job {job} is {}, busy {busy} is {}",
+        job_field(job, "JobState"),
+        job_field(busy, "JobState")
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    admin("scontrol", &["requeue", &job.to_string()]);
+    let mut state = String::new();
+    let ended = wait_until(Duration::from_secs(900), || {
+        state = job_field(job, "JobState");
+        matches!(state.as_str(), "COMPLETED" | "FAILED" | "CANCELLED")
+    });
+    let output = std::fs::read_to_string(dir.join(format!("job-{job}.out"))).unwrap_or_default();
+    assert!(ended, "job {job} is {state}: {output}");
+    let log = slurmd_log();
+    let skipped = log.contains(&format!("job {job}: refusing the step's tasks on node "))
+        && log.contains("the job is requeued, so that its next run has its prolog");
+    eprintln!(
+        "job {job}: {state} after {} restarts; reissued credential said {} time(s); a run without \
+         its prolog {}",
+        job_field(job, "Restarts"),
+        log.matches(&format!("reissued job credential for job {job}"))
+            .count(),
+        if skipped { "was requeued" } else { "did not happen" }
+    );
+    assert_eq!(state, "COMPLETED", "job {job}: {output}");
+    assert!(output.contains("done"), "job {job}: {output}");
+}

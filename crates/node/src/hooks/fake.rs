@@ -52,6 +52,8 @@ pub(crate) struct FakeSpank {
     pub(crate) step_id: u32,
     pub(crate) task_global_id: u32,
     pub(crate) task_local_id: i32,
+    /// slurmstepd's restart count of the job.
+    pub(crate) restart_count: u32,
     pub(crate) logged: RefCell<Vec<(LogLevel, String)>>,
     pub(crate) told: RefCell<Vec<String>>,
 }
@@ -74,6 +76,7 @@ impl FakeSpank {
             step_id: BATCH_STEP,
             task_global_id: 0,
             task_local_id: 0,
+            restart_count: 0,
             logged: RefCell::new(Vec::new()),
             told: RefCell::new(Vec::new()),
         }
@@ -157,7 +160,7 @@ impl SpankHandle for FakeSpank {
         Ok(self.task_local_id)
     }
     fn restart_count(&self) -> Result<u32, String> {
-        Ok(0)
+        Ok(self.restart_count)
     }
     fn slurm_version(&self) -> u32 {
         (22 << 16) | (5 << 8)

@@ -115,7 +115,7 @@ pub fn task_init_privileged(spank: &impl SpankHandle, memory: &StepMemory) -> Re
     };
     let first = spank.task_local_id()? == 0;
     let began = Instant::now();
-    let Some(refusal) = refusal_here(dir) else {
+    let Some(not_here) = refusal_here(dir) else {
         // How long the task waited for its watchdog and the hard limit: the bound its start pays.
         if first {
             log.verbose(&format!(
@@ -126,8 +126,13 @@ pub fn task_init_privileged(spank: &impl SpankHandle, memory: &StepMemory) -> Re
         }
         return Ok(());
     };
-    // Once per step and node in slurmd's log; each task says it in the job's output.
+    let mut refusal = not_here.to_string();
+    // Once per step and node: the requeue, and the line in slurmd's log; each task says it in the
+    // job's output.
     if first {
+        if not_here == NotHere::NoProlog {
+            refusal = format!("{refusal}; {}", requeue_for_a_prolog(spank));
+        }
         log.error(&format!(
             "job {}: refusing the step's tasks on node {}: {refusal}",
             job_label(spank),
@@ -138,10 +143,63 @@ pub fn task_init_privileged(spank: &impl SpankHandle, memory: &StepMemory) -> Re
     Ok(())
 }
 
+/// How many restarts a job may have had and still be requeued for a run whose prolog Slurm
+/// skipped: each such requeue is one more, so a node that never runs the prolog ends the job
+/// after this many (failed, as without the requeue), never in a loop.
+const MISSED_PROLOG_RESTARTS: u32 = 8;
+
+/// A run for which Slurm ran no job prolog here: requeue the job, so that its next run has one,
+/// rather than fail it, which is all refusing its tasks would do. Slurm before 23.02 skips the
+/// prolog of a requeued job's next run on a node now and then (SchedMD bug 15656, fixed by
+/// "Remove backoff from cred removal logic": slurmd purged the earlier run's credential state at
+/// most every 2 s, so a relaunch within 2 s of another purge looked like a step of the old run),
+/// and a slurmd restarted under the job's earlier run does the same. Bounded by
+/// [`MISSED_PROLOG_RESTARTS`]; a job Slurm will not requeue (`--no-requeue`, an allocation without
+/// a batch script) fails as before. What was done, for the refusal's line.
+fn requeue_for_a_prolog(spank: &impl SpankHandle) -> String {
+    let (job, restarts) = match (spank.job_id(), spank.restart_count()) {
+        (Ok(job), Ok(restarts)) => (job, restarts),
+        _ => return "the job is not requeued (Slurm does not say its id or restarts)".to_string(),
+    };
+    if restarts >= MISSED_PROLOG_RESTARTS {
+        return format!(
+            "the job is not requeued again: it has restarted {restarts} times, the most for a run \
+             without its prolog ({MISSED_PROLOG_RESTARTS})"
+        );
+    }
+    match slurm_tools(spank, Duration::from_secs(5)).requeue(job) {
+        Ok(()) => "the job is requeued, so that its next run has its prolog and its watchdog".to_string(),
+        Err(e) => format!("the job could not be requeued ({e})"),
+    }
+}
+
+/// Why the job's tasks may not start on this node.
+#[derive(Debug, PartialEq, Eq)]
+enum NotHere {
+    /// The job prolog left no word: it did not run for this run of the job.
+    NoProlog,
+    Refused(String),
+}
+
+impl std::fmt::Display for NotHere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotHere::NoProlog => f.write_str(
+                "the job prolog left no word on this node, and started no watchdog: Slurm ran no \
+                 prolog for this run of the job (a requeued job's next run on Slurm before 23.02, \
+                 or a slurmd that restarted under the job's earlier run), or it could not write it \
+                 (the node's slurmd log says); the job's GPU memory quota cannot be enforced here",
+            ),
+            NotHere::Refused(why) => f.write_str(why),
+        }
+    }
+}
+
 /// Why the job's tasks may not start on this node, from the job's directory there; `None`: they may.
-fn refusal_here(job_dir: &Path) -> Option<String> {
+fn refusal_here(job_dir: &Path) -> Option<NotHere> {
+    let refused = |why: String| Some(NotHere::Refused(why));
     match runtime::read_prolog_word(job_dir) {
-        Some(PrologWord::Refused(why)) => Some(format!(
+        Some(PrologWord::Refused(why)) => refused(format!(
             "the job prolog refused the job's request on this node: {why}"
         )),
         Some(PrologWord::Watched)
@@ -149,26 +207,37 @@ fn refusal_here(job_dir: &Path) -> Option<String> {
         {
             // Nothing of the job is allocated before the driver's limit is set, where it can be.
             (!runtime::hard_limit_said(job_dir, HARD_LIMIT_WAIT)).then(|| {
-                format!(
+                NotHere::Refused(format!(
                     "the job's watchdog has not said within {} s whether the driver's hard limit \
                      is in force (the node's syslog says why): no task starts before it",
                     HARD_LIMIT_WAIT.as_secs()
-                )
+                ))
             })
         }
-        Some(PrologWord::Watched) => Some(
+        Some(PrologWord::Watched) => refused(
             "no watchdog of the job runs on this node (it has died, or could not start): its GPU \
              memory quota cannot be enforced here"
                 .to_string(),
         ),
-        None => Some(
-            "the job prolog left no word on this node, and started no watchdog: it did not run \
-             for this run of the job (a slurmd that restarted under the job's earlier run takes \
-             the restart's steps for that run's), or could not write it (the node's slurmd log \
-             says); the job's GPU memory quota cannot be enforced here"
+        // A prolog that ran could not write where the jobs' directories live: no requeue helps.
+        None if !jobs_dir_usable(job_dir) => refused(
+            "the job prolog left no word on this node, and the runtime directory's jobs/ is not a \
+             directory of root's (the node's slurmd log says why): the job's GPU memory quota \
+             cannot be enforced here"
                 .to_string(),
         ),
+        None => Some(NotHere::NoProlog),
     }
+}
+
+/// Whether the directory holding the jobs' directories (`<runtime_dir>/jobs`) is a real directory
+/// of root's, where a prolog that ran would have left its word.
+fn jobs_dir_usable(job_dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    job_dir
+        .parent()
+        .and_then(|jobs| std::fs::symlink_metadata(jobs).ok())
+        .is_some_and(|m| m.is_dir() && m.uid() == 0)
 }
 
 pub fn task_init(spank: &impl SpankHandle, memory: &StepMemory) -> Result<(), String> {
@@ -435,6 +504,32 @@ mod tests {
         assert!(
             refused.contains("no watchdog of the job runs on this node"),
             "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_run_without_its_prolog_is_told_apart_from_a_prolog_that_could_not_write() {
+        let node = ScratchNode::new();
+        let job_dir = gmq_core::node_files::job_dir(&node.runtime_dir(), JOB);
+        // No jobs/ of root's: whatever ran, a requeue would find the same.
+        let unusable = refusal_here(&job_dir).unwrap();
+        assert!(matches!(unusable, NotHere::Refused(_)), "{unusable:?}");
+        assert!(unusable
+            .to_string()
+            .starts_with("the job prolog left no word on this node"));
+        // jobs/ is there (the tests run as root, as slurmstepd does): this run had no prolog.
+        std::fs::create_dir_all(job_dir.parent().unwrap()).unwrap();
+        assert_eq!(refusal_here(&job_dir), Some(NotHere::NoProlog));
+        // A job that has restarted as often as a missed prolog may make it is not requeued again,
+        // and nothing is asked of Slurm.
+        let spank = FakeSpank {
+            restart_count: MISSED_PROLOG_RESTARTS,
+            ..batch_step(&node, "20G")
+        };
+        assert_eq!(
+            requeue_for_a_prolog(&spank),
+            "the job is not requeued again: it has restarted 8 times, the most for a run without \
+             its prolog (8)"
         );
     }
 
