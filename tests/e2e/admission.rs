@@ -225,11 +225,12 @@ fn k5_cpu_only_steps_cost_slurmctld_nothing() {
 /// removal logic"): slurmd purges a requeued job's earlier credential state at most every 2 s, so
 /// a relaunch within 2 s of another purge is taken for a step of the old run: `reissued job
 /// credential`, and no job prolog. Such a run has no watchdog; its tasks are refused (K1), and the
-/// job is requeued rather than failed, so that its next run has its prolog. Made to happen: the
-/// first run takes 10 s to end after its SIGTERM, so slurmd's earlier state for the job has not
-/// expired yet when the next run comes (the lab's `cred_expire=5`, and slurmctld's requeue delay
-/// of 6 s), and a neighbour's srun steps every 0.2 s on the same node keep slurmd purging. On
-/// later Slurm the prolog runs, and the run goes as any restart.
+/// job is requeued rather than failed, so that its next run has its prolog. Made to happen in
+/// about half the runs on 22.05: the first run takes 5 s to end after its SIGTERM, so slurmd's
+/// earlier state for the job has not expired yet when the next run comes (the lab's
+/// `cred_expire=5`, and slurmctld's requeue delay of 6 s), and a neighbour's srun steps, two at a
+/// time without pause, keep slurmd purging. On later Slurm the prolog runs, and the run goes as
+/// any restart.
 #[test]
 #[ignore = "needs the dev cluster: slurm/dev-cluster test"]
 fn a_requeued_run_whose_prolog_slurm_skipped_is_requeued_again_not_failed() {
